@@ -1,0 +1,63 @@
+"""Set up and run the course with nothing but Python 3.10+:
+
+    python3 course.py lab       # install into .venv (first time only), open JupyterLab
+    python3 course.py test      # install, then run every unit test and every notebook
+
+``test`` runs the notebooks with the short CI training budget; ``test --full`` uses the
+full one. Extra arguments after ``--`` go to pytest (``python3 course.py test -- -k bpe``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+REQUIREMENTS = ("requirements.txt", "requirements-test.txt", "pyproject.toml")
+
+
+def venv_python() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def ensure_environment() -> Path:
+    """Create .venv and install the requirements, again only when they change."""
+    python = venv_python()
+    if not python.exists():
+        print(f"creating a virtual environment in {VENV} ...", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    stamp = VENV / ".course-requirements"
+    digest = hashlib.sha256(b"".join((ROOT / f).read_bytes() for f in REQUIREMENTS)).hexdigest()
+    if not stamp.exists() or stamp.read_text() != digest:
+        print("installing the course's packages (first time: a few minutes) ...", flush=True)
+        pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+        subprocess.run([*pip, "-r", str(ROOT / "requirements-test.txt")], check=True)
+        subprocess.run([*pip, "--no-deps", "-e", str(ROOT)], check=True)
+        stamp.write_text(digest)
+    return python
+
+
+def main(argv: list[str]) -> int:
+    command, rest = (argv[0], argv[1:]) if argv else ("", [])
+    if command not in ("lab", "test"):
+        print(__doc__)
+        return 2
+    python = ensure_environment()
+    env = dict(os.environ)
+    if command == "lab":
+        args = [str(python), "-m", "jupyterlab", str(ROOT / "notebooks"), *rest]
+    else:
+        full = "--full" in rest
+        rest = [a for a in rest if a not in ("--full", "--")]
+        env.update(COURSE_BUDGET="full" if full else "ci", COURSE_THREADS="2", PYTHONHASHSEED="0")
+        args = [str(python), "-m", "pytest", *rest]
+    return subprocess.run(args, cwd=ROOT, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,192 @@
+"""Training data: corpora, splits, and input/target windows.
+
+The default corpus needs no network: it is the reference documentation that ships inside
+every Python installation (``pydoc_data.topics``, about 465,000 characters of English
+prose and code). Public corpora such as Tiny Shakespeare are one argument away: they are
+downloaded once into a cache folder, checked against a SHA-256, and written atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+DEFAULT_CORPUS = "stdlib-docs"
+CACHE_ENV = "COURSE_DATA_DIR"
+
+
+class DatasetUnavailableError(RuntimeError):
+    """A corpus could not be downloaded or did not match its checksum."""
+
+
+@dataclass(frozen=True)
+class RemoteCorpus:
+    """A public text file: where it lives, what it must hash to, and what it is."""
+
+    url: str
+    sha256: str
+    filename: str
+    description: str
+
+
+CORPORA: dict[str, RemoteCorpus] = {
+    "tiny-shakespeare": RemoteCorpus(
+        url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+        sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+        filename="tiny-shakespeare.txt",
+        description="40,000 lines of Shakespeare's plays (1.1 MB), from Karpathy's char-rnn",
+    ),
+}
+
+
+def stdlib_docs_text() -> str:
+    """The Python reference topics (``help('assert')`` and friends) joined in sorted order."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[key] for key in sorted(topics))
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "course_lib"))
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download(url: str, path: str | Path, sha256: str, timeout: float = 30.0) -> Path:
+    """Download ``url`` to ``path`` unless a verified copy is already there.
+
+    The bytes go to a temporary file in the same folder and are renamed into place only
+    after the checksum matches, so an interrupted or corrupted download never leaves a
+    file that looks complete.
+    """
+    path = Path(path)
+    if path.exists() and sha256_file(path) == sha256:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
+    try:
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+            for block in iter(lambda: response.read(1 << 16), b""):
+                digest.update(block)
+                out.write(block)
+        if digest.hexdigest() != sha256:
+            raise DatasetUnavailableError(
+                f"the file downloaded from {url} has SHA-256 {digest.hexdigest()}, expected "
+                f"{sha256}; it was discarded. The source may have changed: download it by "
+                f"hand, check it, and place it at {path}"
+            )
+        os.replace(tmp, path)
+    except (urllib.error.URLError, OSError) as err:
+        raise DatasetUnavailableError(
+            f"could not download {url} ({err}). Are you offline? Place the file at {path} by "
+            f"hand, or use the offline corpus load_corpus({DEFAULT_CORPUS!r})"
+        ) from err
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def load_corpus(name: str = DEFAULT_CORPUS, cache_dir: str | Path | None = None) -> str:
+    """Return a corpus as one string: ``"stdlib-docs"`` offline, or a name in ``CORPORA``."""
+    if name == DEFAULT_CORPUS:
+        return stdlib_docs_text()
+    if name not in CORPORA:
+        known = ", ".join([DEFAULT_CORPUS, *CORPORA])
+        raise ValueError(f"unknown corpus {name!r}; known corpora: {known}")
+    corpus = CORPORA[name]
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    path = download(corpus.url, folder / corpus.filename, corpus.sha256)
+    return path.read_text(encoding="utf-8")
+
+
+def train_val_split(ids: torch.Tensor, val_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split a token sequence by position: the last ``val_fraction`` is validation.
+
+    A contiguous split (not a random one) keeps validation text unseen: random windows
+    would overlap the training windows almost everywhere.
+    """
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be between 0 and 1, got {val_fraction}")
+    n_train = int(len(ids) * (1 - val_fraction))
+    return ids[:n_train], ids[n_train:]
+
+
+class SlidingWindowDataset(Dataset):
+    """Input/target pairs cut from one long token sequence.
+
+    Window ``i`` starts at ``i * stride``; the target is the input shifted by one token, so
+    one window of ``context_length + 1`` tokens holds ``context_length`` training examples:
+    predict token ``t + 1`` from tokens ``0..t`` for every ``t``.
+    """
+
+    def __init__(self, ids: Sequence[int] | torch.Tensor, context_length: int, stride: int | None = None):
+        self.ids = torch.as_tensor(ids, dtype=torch.long)
+        self.context_length = int(context_length)
+        self.stride = self.context_length if stride is None else int(stride)
+        if self.context_length < 1:
+            raise ValueError(f"context_length must be at least 1, got {context_length}")
+        if self.stride <= 0:
+            raise ValueError(f"stride must be a positive number of tokens, got {stride}")
+        if len(self.ids) < self.context_length + 1:
+            raise ValueError(
+                f"a window needs context_length + 1 = {self.context_length + 1} tokens, but the "
+                f"data has only {len(self.ids)}; use a shorter context or more text"
+            )
+
+    def __len__(self) -> int:
+        return (len(self.ids) - self.context_length - 1) // self.stride + 1
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"window {i} out of range for {len(self)} windows")
+        start = (i % len(self)) * self.stride
+        chunk = self.ids[start : start + self.context_length + 1]  # (T + 1,)
+        return chunk[:-1], chunk[1:]  # (T,), (T,)
+
+
+def make_dataloader(
+    ids: Sequence[int] | torch.Tensor,
+    context_length: int,
+    batch_size: int,
+    stride: int | None = None,
+    shuffle: bool = True,
+    drop_last: bool = True,
+    seed: int = 0,
+    num_workers: int = 0,
+) -> DataLoader:
+    """Batches of shape ``(B, T)``: inputs and targets for next-token prediction.
+
+    The shuffle order comes from its own generator, so it does not depend on what other
+    code drew from torch's global generator.
+    """
+    dataset = SlidingWindowDataset(ids, context_length, stride)
+    if drop_last and len(dataset) < batch_size:
+        raise ValueError(
+            f"only {len(dataset)} windows for a batch of {batch_size} with drop_last=True; "
+            "use a smaller batch_size, a smaller stride, or more data"
+        )
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        num_workers=num_workers,
+        generator=torch.Generator().manual_seed(seed),
+    )

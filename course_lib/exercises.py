@@ -1,0 +1,249 @@
+"""Self-checks for the exercises at the end of each notebook.
+
+A student writes a function and calls ``check("exercise-name", their_function)``. The
+checker runs it on a handful of cases and answers either "passed" or, for the first case
+that fails, the input, the expected answer, what the function returned, and a hint aimed
+at the usual mistake.
+
+Each exercise's expected answers come from the tested course_lib implementation, so an
+exercise and the course can never disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .data import SlidingWindowDataset
+from .tokenization import get_pair_counts, merge_pair
+
+
+@dataclass
+class Case:
+    args: tuple
+    note: str = ""
+
+
+@dataclass
+class Exercise:
+    """The cases to try a student's function on, the reference answer, and a hint."""
+
+    name: str
+    reference: Callable
+    cases: Callable[[], list[Case]]
+    hint: str
+
+
+@dataclass
+class CheckResult:
+    """The outcome of :func:`check`; truthy when every case passed; shows as a message."""
+
+    name: str
+    passed: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __repr__(self) -> str:
+        return self.message
+
+
+def _same(got: Any, expected: Any) -> bool:
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            return False
+        if expected.is_floating_point():
+            return torch.allclose(got.to(expected.dtype), expected, rtol=1e-4, atol=1e-5)
+        return torch.equal(got.to(expected.dtype), expected)
+    if isinstance(expected, float):
+        try:
+            value = float(got)
+        except (TypeError, ValueError):
+            return False
+        return math.isclose(value, expected, rel_tol=1e-4, abs_tol=1e-6)
+    if isinstance(expected, dict):
+        if not isinstance(got, dict):
+            return False
+        return {k: v for k, v in got.items() if v} == {k: v for k, v in expected.items() if v}
+    if isinstance(expected, tuple) and isinstance(got, (tuple, list)):
+        return len(got) == len(expected) and all(_same(g, e) for g, e in zip(got, expected))
+    if isinstance(expected, list) and isinstance(got, (list, tuple, torch.Tensor)):
+        got = got.tolist() if isinstance(got, torch.Tensor) else list(got)
+        return got == expected
+    return got == expected
+
+
+def _show(value: Any, limit: int = 300) -> str:
+    if isinstance(value, torch.Tensor):
+        text = f"tensor of shape {tuple(value.shape)}, dtype {value.dtype}:\n{value}"
+    elif isinstance(value, dict):
+        text = repr(dict(sorted(value.items())))
+    else:
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def check(name: str, fn: Callable) -> CheckResult:
+    """Run ``fn`` on every case of exercise ``name``; explain the first failure."""
+    if name not in EXERCISES:
+        raise KeyError(f"no exercise named {name!r}; known exercises: {', '.join(sorted(EXERCISES))}")
+    exercise = EXERCISES[name]
+    cases = exercise.cases()
+    for k, case in enumerate(cases, start=1):
+        expected = exercise.reference(*case.args)
+        args_text = ", ".join(_show(a, 120) for a in case.args)
+        try:
+            got = fn(*case.args)
+        except Exception as err:  # the student's code failing is a result to explain
+            got_text, ok = f"raised {type(err).__name__}: {err}", False
+        else:
+            got_text, ok = _show(got), _same(got, expected)
+        if not ok:
+            message = (
+                f"❌ {name}: case {k} of {len(cases)} failed"
+                + (f" ({case.note})" if case.note else "")
+                + f"\n  input:    {args_text}\n  expected: {_show(expected)}\n  got:      {got_text}"
+                + f"\n  hint:     {exercise.hint}"
+            )
+            return CheckResult(name, False, message)
+    return CheckResult(name, True, f"✅ {name}: all {len(cases)} cases passed")
+
+
+# --------------------------------------------------------------------------------------
+# Reference solutions that are not course_lib functions themselves
+# --------------------------------------------------------------------------------------
+
+
+def _bigram_counts(ids: list[int], vocab_size: int) -> torch.Tensor:
+    counts = torch.zeros(vocab_size, vocab_size, dtype=torch.long)  # (V, V): row = previous token
+    for a, b in zip(ids, ids[1:]):
+        counts[a, b] += 1
+    return counts
+
+
+def _logsumexp(x: torch.Tensor) -> torch.Tensor:
+    return torch.logsumexp(x, dim=-1)
+
+
+def _sliding_windows(ids: list[int], context_length: int, stride: int) -> tuple[torch.Tensor, torch.Tensor]:
+    dataset = SlidingWindowDataset(ids, context_length, stride)
+    inputs, targets = zip(*(dataset[i] for i in range(len(dataset))))
+    return torch.stack(inputs), torch.stack(targets)  # (N, T), (N, T)
+
+
+def _one_hot_embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return F.one_hot(ids, weight.shape[0]).to(weight.dtype) @ weight  # (..., V) @ (V, C) -> (..., C)
+
+
+def _seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _bigram_cases() -> list[Case]:
+    g = _seeded(0)
+    return [
+        Case(([0, 1, 1, 2], 3), "small sequence"),
+        Case(([2, 2, 2, 2], 3), "repeated token"),
+        Case(([0, 1], 4), "vocabulary larger than the tokens seen"),
+        Case((torch.randint(0, 5, (50,), generator=g).tolist(), 5), "random sequence"),
+    ]
+
+
+def _logsumexp_cases() -> list[Case]:
+    return [
+        Case((torch.tensor([0.0, 0.0]),), "two zeros: log 2"),
+        Case((torch.tensor([1.0, 2.0, 3.0]),), "small values"),
+        Case((torch.tensor([1000.0, 1000.0]),), "large values"),
+        Case((torch.tensor([-1000.0, -1000.0]),), "very negative values"),
+        Case((torch.tensor([[1.0, 2.0], [500.0, 0.0]]),), "a batch of rows"),
+    ]
+
+
+def _pair_cases() -> list[Case]:
+    return [
+        Case(([1, 2, 3, 1, 2],), "small sequence"),
+        Case(([7, 7, 7],), "overlapping pairs"),
+        Case(([5],), "a single token has no pairs"),
+        Case((list(b"hello hello"),), "bytes of a string"),
+    ]
+
+
+def _merge_cases() -> list[Case]:
+    return [
+        Case(([5, 6, 6, 7, 6, 6], (6, 6), 99), "two occurrences"),
+        Case(([6, 6, 6], (6, 6), 99), "overlapping occurrences"),
+        Case(([1, 2, 3], (3, 4), 99), "pair absent"),
+        Case(([1, 2, 1, 2, 1], (1, 2), 256), "pair at the start"),
+        Case(([], (1, 2), 256), "empty sequence"),
+    ]
+
+
+def _window_cases() -> list[Case]:
+    return [
+        Case((list(range(10)), 4, 4), "stride equal to the context"),
+        Case((list(range(10)), 4, 1), "stride 1: every position"),
+        Case((list(range(9)), 4, 4), "leftover tokens at the end"),
+        Case((list(range(7)), 3, 2), "overlapping windows"),
+    ]
+
+
+def _embedding_cases() -> list[Case]:
+    g = _seeded(1)
+    return [
+        Case((torch.tensor([2, 0, 1]), torch.arange(12.0).reshape(4, 3)), "three ids, readable weights"),
+        Case((torch.tensor([[0, 3], [3, 3]]), torch.randn(4, 5, generator=g)), "a (B, T) batch"),
+    ]
+
+
+EXERCISES: dict[str, Exercise] = {
+    e.name: e
+    for e in [
+        Exercise(
+            name="bigram-counts",
+            reference=_bigram_counts,
+            cases=_bigram_cases,
+            hint="row index = the previous token, column index = the next one; count pairs "
+            "zip(ids, ids[1:]) and make the tensor (vocab_size, vocab_size) even for unseen ids",
+        ),
+        Exercise(
+            name="logsumexp",
+            reference=_logsumexp,
+            cases=_logsumexp_cases,
+            hint="subtract the maximum m first: log(sum(exp(x))) = m + log(sum(exp(x - m))); "
+            "take max and sum over dim=-1 (keepdim where you subtract)",
+        ),
+        Exercise(
+            name="pair-counts",
+            reference=lambda ids: dict(get_pair_counts(ids)),
+            cases=_pair_cases,
+            hint="every position i < len(ids) - 1 starts one pair (ids[i], ids[i + 1]); pairs overlap",
+        ),
+        Exercise(
+            name="merge",
+            reference=merge_pair,
+            cases=_merge_cases,
+            hint="scan left to right; after replacing a pair skip both of its tokens (i += 2), "
+            "so [6, 6, 6] with pair (6, 6) becomes [new_id, 6]",
+        ),
+        Exercise(
+            name="sliding-windows",
+            reference=_sliding_windows,
+            cases=_window_cases,
+            hint="window i starts at i * stride and needs context_length + 1 tokens; the target "
+            "is the input shifted one token to the right; N = (len(ids) - T - 1) // stride + 1",
+        ),
+        Exercise(
+            name="one-hot-embedding",
+            reference=_one_hot_embedding,
+            cases=_embedding_cases,
+            hint="F.one_hot(ids, num_classes=weight.shape[0]) is an integer tensor of shape "
+            "(..., V): convert it to weight's dtype, then multiply by weight (V, C)",
+        ),
+    ]
+}

@@ -1,0 +1,158 @@
+"""Pictures the notebooks show: token colourings, heatmaps, bar charts and diagrams.
+
+Every function draws into a matplotlib ``Axes`` (a new figure if none is given) or returns
+HTML, and never writes a file: ``scripts/make_figures.py`` saves the static diagrams.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.axes import Axes
+from matplotlib.patches import FancyBboxPatch
+
+PALETTE = ["#fde68a", "#bfdbfe", "#bbf7d0", "#fecaca", "#ddd6fe", "#fed7aa", "#a5f3fc", "#f5d0fe"]
+"""Light background colours, one per token in turn, so neighbouring tokens differ."""
+
+INPUT_COLOR, TARGET_COLOR = "#bfdbfe", "#fed7aa"
+
+
+def token_pieces(tokenizer, text: str) -> list[str]:
+    """The text of each token of ``text``, for any course tokenizer or a tiktoken Encoding."""
+    if hasattr(tokenizer, "pieces"):
+        return tokenizer.pieces(text, allowed_special="all")
+    if hasattr(tokenizer, "decode_single_token_bytes"):  # tiktoken.Encoding
+        ids = tokenizer.encode(text, allowed_special="all")
+        return [tokenizer.decode_single_token_bytes(i).decode("utf-8", errors="replace") for i in ids]
+    return [tokenizer.decode([i]) for i in tokenizer.encode(text)]
+
+
+def tokens_html(pieces: Sequence[str]) -> str:
+    """Each token on its own coloured background; spaces shown as ␣ and newlines as ↵."""
+    spans = []
+    for k, piece in enumerate(pieces):
+        shown = html.escape(piece).replace(" ", "␣").replace("\n", "↵")
+        color = PALETTE[k % len(PALETTE)]
+        spans.append(
+            f'<span style="background:{color};color:#111;padding:1px 2px;margin:1px;'
+            f'border-radius:3px;font-family:monospace;white-space:pre">{shown}</span>'
+        )
+    return '<div style="line-height:1.9">' + "".join(spans) + "</div>"
+
+
+def compare_tokenizers_html(tokenizers: dict, text: str) -> str:
+    """One row per tokenizer: its name, token count, characters per token, and the colouring."""
+    rows = []
+    for name, tokenizer in tokenizers.items():
+        pieces = token_pieces(tokenizer, text)
+        ratio = len(text) / max(len(pieces), 1)
+        rows.append(
+            f"<tr><td style='text-align:left;vertical-align:top;padding-right:12px'><b>{html.escape(name)}</b><br>"
+            f"{len(pieces)} tokens<br>{ratio:.2f} chars/token</td>"
+            f"<td style='text-align:left'>{tokens_html(pieces)}</td></tr>"
+        )
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def show_tokens(tokenizers: dict, text: str):
+    """Display :func:`compare_tokenizers_html` in a notebook."""
+    from IPython.display import HTML
+
+    return HTML(compare_tokenizers_html(tokenizers, text))
+
+
+def plot_heatmap(
+    matrix: torch.Tensor,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str],
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+    annotate: bool = False,
+    ax: Axes | None = None,
+    cmap: str = "Blues",
+) -> Axes:
+    """A labelled heatmap (counts, probabilities, later attention weights)."""
+    matrix = torch.as_tensor(matrix, dtype=torch.float32)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.45 * len(col_labels) + 2, 0.45 * len(row_labels) + 1.5))
+    image = ax.imshow(matrix.numpy(), cmap=cmap, aspect="auto")
+    ax.set_xticks(range(len(col_labels)), [repr(c)[1:-1] for c in col_labels], rotation=90)
+    ax.set_yticks(range(len(row_labels)), [repr(r)[1:-1] for r in row_labels])
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    if annotate:
+        top = matrix.max().item() or 1.0
+        for i in range(matrix.shape[0]):
+            for j in range(matrix.shape[1]):
+                value = matrix[i, j].item()
+                text = f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
+                ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if value > top / 2 else "black")
+    ax.figure.colorbar(image, ax=ax, fraction=0.04)
+    return ax
+
+
+def plot_bars(values: dict[str, float], title: str = "", ylabel: str = "", ax: Axes | None = None, fmt: str = "{:.2f}") -> Axes:
+    """Bar chart with the value written on each bar."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.3 * len(values) + 2, 3.2))
+    bars = ax.bar(list(values), list(values.values()), color=PALETTE[1], edgecolor="#1e3a8a")
+    for bar, value in zip(bars, values.values()):
+        ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), fmt.format(value), ha="center", va="bottom")
+    ax.set(title=title, ylabel=ylabel)
+    ax.spines[["top", "right"]].set_visible(False)
+    return ax
+
+
+def _token_box(ax: Axes, x: float, y: float, text: str, color: str, width: float = 0.9) -> None:
+    ax.add_patch(FancyBboxPatch((x - width / 2, y - 0.35), width, 0.7, boxstyle="round,pad=0.02", fc=color, ec="#334155"))
+    ax.text(x, y, text, ha="center", va="center", fontsize=10, family="monospace")
+
+
+def draw_sliding_windows(tokens: Sequence[str], context_length: int, stride: int, max_windows: int = 4, ax: Axes | None = None) -> Axes:
+    """The token stream on top; below it each window's inputs (blue) and targets (orange)."""
+    n_windows = max(0, (len(tokens) - context_length - 1) // stride + 1)
+    shown = min(n_windows, max_windows)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.75 * len(tokens) + 1.5, 1.1 * (2 * shown + 1) + 0.3))
+    for i, tok in enumerate(tokens):
+        _token_box(ax, i, 0, tok, "#f1f5f9")
+    ax.text(-0.8, 0, "text", ha="right", va="center", fontsize=10)
+    for w in range(shown):
+        start = w * stride
+        y_in, y_out = -(2 * w + 1) - 0.2, -(2 * w + 2) - 0.2 + 0.4
+        for t in range(context_length):
+            _token_box(ax, start + t, y_in, tokens[start + t], INPUT_COLOR)
+            _token_box(ax, start + t + 1, y_out, tokens[start + t + 1], TARGET_COLOR)
+        ax.text(-0.8, y_in, f"window {w}: x", ha="right", va="center", fontsize=10)
+        ax.text(-0.8, y_out, "y", ha="right", va="center", fontsize=10)
+    ax.set_xlim(-3.2, len(tokens))
+    ax.set_ylim(-(2 * shown) - 0.6, 0.6)
+    ax.set_title(f"context length {context_length}, stride {stride}: {n_windows} windows"
+                 + (f" (first {shown} shown)" if shown < n_windows else ""))
+    ax.axis("off")
+    return ax
+
+
+def draw_next_token_prediction(context: Sequence[str], candidates: dict[str, float], ax: Axes | None = None) -> Axes:
+    """A context on the left and the model's distribution over the next token on the right."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 3))
+    for i, tok in enumerate(context):
+        _token_box(ax, i * 1.1, 0, tok, INPUT_COLOR, width=1.0)
+    x0 = len(context) * 1.1 + 0.4
+    ax.annotate("", xy=(x0 + 1.2, 0), xytext=(x0, 0), arrowprops=dict(arrowstyle="-|>", lw=2, color="#334155"))
+    ax.text(x0 + 0.6, 0.45, "model", ha="center", fontsize=10)
+    top = max(candidates.values())
+    for k, (tok, p) in enumerate(candidates.items()):
+        y = 1.2 - k * 0.6
+        _token_box(ax, x0 + 2.1, y, tok, TARGET_COLOR if p == top else "#f1f5f9", width=1.2)
+        ax.add_patch(plt.Rectangle((x0 + 2.9, y - 0.18), 3 * p, 0.36, color="#1e3a8a"))
+        ax.text(x0 + 3.0 + 3 * p, y, f"{p:.2f}", va="center", fontsize=9)
+    ax.set_xlim(-0.7, x0 + 5.5)
+    ax.set_ylim(1.2 - len(candidates) * 0.6, 1.7)
+    ax.axis("off")
+    ax.set_title("A language model reads the context and outputs a probability for every next token")
+    return ax

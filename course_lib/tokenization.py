@@ -1,0 +1,568 @@
+"""Tokenizers: text -> integer ids -> text.
+
+Three tokenizers of increasing power, all with the same small interface
+(``encode``, ``decode``, ``vocab_size``):
+
+- :class:`CharTokenizer`: one id per character seen in the training text.
+- :class:`WordTokenizer`: one id per word, with special tokens ``[PAD] [UNK] [BOS] [EOS]``.
+- :class:`BPETokenizer`: byte-level byte-pair encoding, trained from scratch by
+  :func:`train_bpe` (fast, incremental) or :func:`train_bpe_naive` (the textbook loop),
+  or loaded with GPT-2's own merge ranks by :func:`gpt2_tokenizer`.
+
+:func:`gpt2_encoding` gives tiktoken's GPT-2 encoding without a network connection, built from
+the rank file that ships in ``course_lib/assets`` (see ``gpt2.tiktoken.LICENSE`` there).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import heapq
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from pathlib import Path
+
+import regex
+
+# GPT-2's pre-split pattern, character for character as tiktoken writes it: contractions,
+# letters with an optional leading space, numbers, punctuation runs, and whitespace.
+GPT2_SPLIT_PATTERN = (
+    r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+)
+ENDOFTEXT = "<|endoftext|>"
+
+GPT2_RANKS_FILE = "gpt2.tiktoken"
+GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
+GPT2_VOCAB_SIZE = 50257
+
+BPE_FILE_HEADER = "course_lib-bpe v1"
+
+
+class TokenizerFileError(ValueError):
+    """A saved tokenizer file is corrupted, truncated or of an unknown version."""
+
+
+# --------------------------------------------------------------------------------------
+# Character and word tokenizers
+# --------------------------------------------------------------------------------------
+
+
+def _check_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
+    ids = [int(i) for i in ids]
+    for i in ids:
+        if not 0 <= i < vocab_size:
+            raise ValueError(
+                f"token id {i} is outside the vocabulary (valid ids are 0..{vocab_size - 1})"
+            )
+    return ids
+
+
+class CharTokenizer:
+    """One token per character; the vocabulary is the sorted set of characters seen."""
+
+    def __init__(self, chars: Sequence[str]):
+        if len(set(chars)) != len(chars):
+            raise ValueError("the character vocabulary contains duplicates")
+        self.itos = list(chars)
+        self.stoi = {ch: i for i, ch in enumerate(self.itos)}
+
+    @classmethod
+    def from_text(cls, text: str) -> CharTokenizer:
+        return cls(sorted(set(text)))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def encode(self, text: str) -> list[int]:
+        try:
+            return [self.stoi[ch] for ch in text]
+        except KeyError as err:
+            raise ValueError(
+                f"character {err.args[0]!r} is not in the vocabulary; "
+                "build the tokenizer from a text that contains it"
+            ) from None
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return "".join(self.itos[i] for i in _check_ids(ids, self.vocab_size))
+
+
+WORD_PATTERN = r"\w+|[^\w\s]"
+"""Words are runs of letters/digits; every punctuation mark is a word of its own."""
+
+PAD, UNK, BOS, EOS = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
+WORD_SPECIALS = (PAD, UNK, BOS, EOS)
+
+
+class WordTokenizer:
+    """One token per word, plus special tokens; unknown words map to ``[UNK]`` if it exists."""
+
+    def __init__(self, vocab: Sequence[str], unk_token: str | None = UNK):
+        if len(set(vocab)) != len(vocab):
+            raise ValueError("the word vocabulary contains duplicates")
+        if unk_token is not None and unk_token not in vocab:
+            raise ValueError(f"unk_token {unk_token!r} is not in the vocabulary")
+        self.itos = list(vocab)
+        self.stoi = {w: i for i, w in enumerate(self.itos)}
+        self.unk_token = unk_token
+
+    @staticmethod
+    def split(text: str) -> list[str]:
+        """``"Hello, world!"`` -> ``['Hello', ',', 'world', '!']``."""
+        return regex.findall(WORD_PATTERN, text)
+
+    @classmethod
+    def from_text(
+        cls,
+        text: str,
+        min_count: int = 1,
+        max_size: int | None = None,
+        specials: Sequence[str] = WORD_SPECIALS,
+        unk_token: str | None = UNK,
+    ) -> WordTokenizer:
+        """Specials first, then words by decreasing frequency (ties alphabetically)."""
+        counts = Counter(cls.split(text))
+        words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+        vocab = list(specials) + [w for w in words if w not in specials]
+        if max_size is not None:
+            vocab = vocab[:max_size]
+        return cls(vocab, unk_token=unk_token if unk_token in vocab else None)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def token_id(self, token: str) -> int:
+        if token not in self.stoi:
+            raise ValueError(f"token {token!r} is not in the vocabulary")
+        return self.stoi[token]
+
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        ids = [self.token_id(BOS)] if add_bos else []
+        for word in self.split(text):
+            if word in self.stoi:
+                ids.append(self.stoi[word])
+            elif self.unk_token is not None:
+                ids.append(self.stoi[self.unk_token])
+            else:
+                raise ValueError(
+                    f"word {word!r} is not in the vocabulary and this tokenizer has no "
+                    "unknown token; build it with unk_token='[UNK]'"
+                )
+        if add_eos:
+            ids.append(self.token_id(EOS))
+        return ids
+
+    def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
+        words = [self.itos[i] for i in _check_ids(ids, self.vocab_size)]
+        if skip_special:
+            words = [w for w in words if w not in WORD_SPECIALS]
+        # No space before punctuation: "world !" -> "world!".
+        return regex.sub(r" ([^\w\s\[])", r"\1", " ".join(words))
+
+
+# --------------------------------------------------------------------------------------
+# Byte-pair encoding: the two pure functions everything else is built from
+# --------------------------------------------------------------------------------------
+
+
+def get_pair_counts(ids: Sequence[int], counts: Counter | None = None) -> Counter:
+    """Count adjacent pairs: ``[1, 2, 3, 1, 2]`` -> ``{(1, 2): 2, (2, 3): 1, (3, 1): 1}``."""
+    counts = Counter() if counts is None else counts
+    counts.update(zip(ids, ids[1:]))
+    return counts
+
+
+def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """Replace each non-overlapping occurrence of ``pair``, left to right, by ``new_id``.
+
+    ``merge_pair([5, 6, 6, 7, 6, 6], (6, 6), 99)`` -> ``[5, 99, 7, 99]``.
+    """
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _num_merges(vocab_size: int, special_tokens: Sequence[str]) -> int:
+    n_special = len(special_tokens)
+    if vocab_size < 256 + n_special:
+        raise ValueError(
+            f"vocab_size={vocab_size} is too small: a byte-level BPE needs the 256 byte tokens"
+            f" plus {n_special} special token(s), so at least {256 + n_special}"
+        )
+    return vocab_size - 256 - n_special
+
+
+def _pretokenize(text: str, pattern: str | None) -> list[bytes]:
+    chunks = [text] if pattern is None else regex.findall(pattern, text)
+    return [c.encode("utf-8") for c in chunks if c]
+
+
+def _best_pair(counts: Counter, vocab: list[bytes], known: set[bytes]) -> tuple[int, int] | None:
+    """Most frequent pair; ties go to the smallest ids, so training is order-independent.
+
+    A pair whose concatenation is already a token is never merged again (it would add a
+    duplicate entry to the vocabulary).
+    """
+    candidates = [p for p, c in counts.items() if c > 0 and vocab[p[0]] + vocab[p[1]] not in known]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda p: (counts[p], -p[0], -p[1]))
+
+
+def train_bpe_naive(
+    text: str,
+    vocab_size: int,
+    pattern: str | None = GPT2_SPLIT_PATTERN,
+    special_tokens: Sequence[str] = (),
+) -> BPETokenizer:
+    """The textbook loop: count every pair, merge the most frequent one, repeat.
+
+    Clear but slow: each merge recounts the whole corpus. :func:`train_bpe` learns the same
+    merges by updating only the counts a merge changes.
+    """
+    num_merges = _num_merges(vocab_size, special_tokens)
+    chunks = [list(c) for c in _pretokenize(text, pattern)]
+    vocab = [bytes([b]) for b in range(256)]
+    known = set(vocab)
+    merges: list[tuple[int, int]] = []
+    for _ in range(num_merges):
+        counts = Counter()
+        for ids in chunks:
+            get_pair_counts(ids, counts)
+        pair = _best_pair(counts, vocab, known)
+        if pair is None:
+            break  # every chunk is a single token: nothing left to merge
+        new_id = len(vocab)
+        chunks = [merge_pair(ids, pair, new_id) for ids in chunks]
+        merges.append(pair)
+        vocab.append(vocab[pair[0]] + vocab[pair[1]])
+        known.add(vocab[-1])
+    return _trained(merges, pattern, special_tokens)
+
+
+def train_bpe(
+    text: str,
+    vocab_size: int,
+    pattern: str | None = GPT2_SPLIT_PATTERN,
+    special_tokens: Sequence[str] = (),
+) -> BPETokenizer:
+    """Learn BPE merges from ``text``; same merges as :func:`train_bpe_naive`, much faster.
+
+    Three ideas make it fast: identical chunks are processed once (weighted by their count);
+    an index remembers which chunks contain each pair, so a merge touches only those; and a
+    heap with lazy deletion finds the most frequent pair without scanning all of them.
+    """
+    num_merges = _num_merges(vocab_size, special_tokens)
+    chunk_counts = Counter(_pretokenize(text, pattern))
+    words = [list(chunk) for chunk in chunk_counts]
+    freqs = list(chunk_counts.values())
+
+    counts: Counter = Counter()
+    where: dict[tuple[int, int], set[int]] = {}
+    for w, ids in enumerate(words):
+        for pair in zip(ids, ids[1:]):
+            counts[pair] += freqs[w]
+            where.setdefault(pair, set()).add(w)
+    heap = [(-c, a, b) for (a, b), c in counts.items()]
+    heapq.heapify(heap)
+
+    vocab = [bytes([b]) for b in range(256)]
+    known = set(vocab)
+    merges: list[tuple[int, int]] = []
+    while len(merges) < num_merges and heap:
+        neg, a, b = heapq.heappop(heap)
+        pair = (a, b)
+        if counts.get(pair, 0) != -neg or -neg <= 0:
+            continue  # stale entry: the count changed after it was pushed
+        merged = vocab[a] + vocab[b]
+        if merged in known:
+            continue  # see _best_pair: never merge into an existing token
+        new_id = len(vocab)
+        changed: set[tuple[int, int]] = set()
+        for w in sorted(where.pop(pair)):
+            ids, f = words[w], freqs[w]
+            old_pairs = list(zip(ids, ids[1:]))
+            if pair not in old_pairs:
+                continue
+            for p in old_pairs:
+                counts[p] -= f
+                changed.add(p)
+            ids = words[w] = merge_pair(ids, pair, new_id)
+            for p in zip(ids, ids[1:]):
+                counts[p] += f
+                changed.add(p)
+                where.setdefault(p, set()).add(w)
+        for p in changed:
+            if counts[p] > 0:
+                heapq.heappush(heap, (-counts[p], p[0], p[1]))
+            else:
+                del counts[p]
+        merges.append(pair)
+        vocab.append(merged)
+        known.add(merged)
+    return _trained(merges, pattern, special_tokens)
+
+
+def _trained(merges: list[tuple[int, int]], pattern: str | None, special_tokens: Sequence[str]) -> BPETokenizer:
+    """Special tokens get the ids right after the learned tokens."""
+    first = 256 + len(merges)
+    return BPETokenizer.from_merges(merges, pattern, {s: first + k for k, s in enumerate(special_tokens)})
+
+
+# --------------------------------------------------------------------------------------
+# The tokenizer
+# --------------------------------------------------------------------------------------
+
+
+class BPETokenizer:
+    """A byte-level BPE tokenizer.
+
+    State: ``vocab`` (id -> bytes), the pre-split ``pattern`` and the ``special_tokens``.
+    Encoding a chunk starts from its single bytes and repeatedly merges the adjacent pair
+    whose concatenation has the lowest id (the earliest-learned token) until no adjacent
+    pair forms a token. This is tiktoken's algorithm, so with GPT-2's ranks the ids are
+    GPT-2's ids exactly.
+    """
+
+    def __init__(
+        self,
+        vocab: Sequence[bytes],
+        pattern: str | None = GPT2_SPLIT_PATTERN,
+        special_tokens: dict[str, int] | None = None,
+        merges: Sequence[tuple[int, int]] | None = None,
+    ):
+        self.vocab = list(vocab)
+        self.ranks = {token: i for i, token in enumerate(self.vocab)}
+        if len(self.ranks) != len(self.vocab):
+            raise ValueError("the BPE vocabulary contains duplicate tokens")
+        if len(self.vocab) < 256 or len({t for t in self.vocab if len(t) == 1}) != 256:
+            raise ValueError("a byte-level BPE vocabulary must contain all 256 single bytes")
+        self.pattern = pattern
+        self._split = regex.compile(pattern) if pattern is not None else None
+        self.special_tokens = dict(special_tokens or {})
+        for name, i in self.special_tokens.items():
+            if i < len(self.vocab) or list(self.special_tokens.values()).count(i) > 1:
+                raise ValueError(
+                    f"special token {name!r} has id {i}, which is already used; "
+                    f"special ids must be unique and >= {len(self.vocab)}"
+                )
+        self.inverse_special = {i: name for name, i in self.special_tokens.items()}
+        self.merges = list(merges) if merges is not None else None
+        self._cache: dict[bytes, list[int]] = {}
+
+    @classmethod
+    def from_merges(
+        cls,
+        merges: Sequence[tuple[int, int]],
+        pattern: str | None = GPT2_SPLIT_PATTERN,
+        special_tokens: dict[str, int] | None = None,
+    ) -> BPETokenizer:
+        """Bytes 0..255 are ids 0..255; merge ``k`` creates id ``256 + k``."""
+        vocab = [bytes([b]) for b in range(256)]
+        for k, (a, b) in enumerate(merges):
+            if not (0 <= a < len(vocab) and 0 <= b < len(vocab)):
+                raise ValueError(f"merge {k} refers to ids ({a}, {b}) that do not exist yet")
+            vocab.append(vocab[a] + vocab[b])
+        return cls(vocab, pattern, special_tokens, merges=merges)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.vocab) + len(self.special_tokens)
+
+    # -- encoding ------------------------------------------------------------------------
+
+    def _encode_chunk(self, chunk: bytes) -> list[int]:
+        cached = self._cache.get(chunk)
+        if cached is not None:
+            return cached
+        parts = [chunk[i : i + 1] for i in range(len(chunk))]
+        while len(parts) > 1:
+            best, best_rank = -1, len(self.vocab)
+            for i in range(len(parts) - 1):
+                rank = self.ranks.get(parts[i] + parts[i + 1], best_rank)
+                if rank < best_rank:  # strict: the leftmost pair wins a tie
+                    best, best_rank = i, rank
+            if best < 0:
+                break
+            parts[best : best + 2] = [parts[best] + parts[best + 1]]
+        ids = [self.ranks[p] for p in parts]
+        if len(self._cache) < 100_000:
+            self._cache[chunk] = ids
+        return ids
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Encode ``text`` treating special-token strings as plain text."""
+        ids: list[int] = []
+        for chunk in _pretokenize(text, self.pattern):
+            ids.extend(self._encode_chunk(chunk))
+        return ids
+
+    def encode(self, text: str, allowed_special: Iterable[str] | str = ()) -> list[int]:
+        """Encode ``text``; special tokens are recognised only if listed in ``allowed_special``.
+
+        Like tiktoken, a special-token string in the text that is not allowed raises an
+        error instead of being silently encoded as ordinary text.
+        """
+        allowed = set(self.special_tokens) if allowed_special == "all" else set(allowed_special)
+        unknown = allowed - set(self.special_tokens)
+        if unknown:
+            raise ValueError(f"not special tokens of this tokenizer: {sorted(unknown)}")
+        for name in self.special_tokens:
+            if name not in allowed and name in text:
+                raise ValueError(
+                    f"the text contains the special token {name!r}. Pass "
+                    f"allowed_special={{{name!r}}} to encode it as a special token, or use "
+                    "encode_ordinary() to encode it as plain text"
+                )
+        if not allowed:
+            return self.encode_ordinary(text)
+        splitter = "(" + "|".join(regex.escape(s) for s in sorted(allowed, key=len, reverse=True)) + ")"
+        ids: list[int] = []
+        for k, part in enumerate(regex.split(splitter, text)):
+            if k % 2:  # odd parts are the captured special tokens
+                ids.append(self.special_tokens[part])
+            else:
+                ids.extend(self.encode_ordinary(part))
+        return ids
+
+    # -- decoding ------------------------------------------------------------------------
+
+    def token_bytes(self, token_id: int) -> bytes:
+        if 0 <= token_id < len(self.vocab):
+            return self.vocab[token_id]
+        if token_id in self.inverse_special:
+            return self.inverse_special[token_id].encode("utf-8")
+        raise ValueError(
+            f"token id {token_id} is outside the vocabulary (valid ids are 0..{len(self.vocab) - 1}"
+            + (f" and special ids {sorted(self.inverse_special)})" if self.inverse_special else ")")
+        )
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        return b"".join(self.token_bytes(int(i)) for i in ids)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Bytes that do not form valid UTF-8 (half a character) become U+FFFD, like tiktoken."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def pieces(self, text: str, allowed_special: Iterable[str] | str = ()) -> list[str]:
+        """The text of each token, for display: ``"hello world"`` -> ``['hello', ' world']``."""
+        return [self.token_bytes(i).decode("utf-8", errors="replace") for i in self.encode(text, allowed_special)]
+
+    # -- saving and loading --------------------------------------------------------------
+
+    def save(self, path: str | Path) -> None:
+        """Write the pattern, special tokens and merges in a small versioned text format."""
+        if self.merges is None:
+            raise ValueError(
+                "this tokenizer was built from ranks, not trained merges; only trained "
+                "tokenizers can be saved (GPT-2's ranks already ship with course_lib)"
+            )
+        lines = [
+            BPE_FILE_HEADER,
+            "pattern " + json.dumps(self.pattern),
+            f"special {len(self.special_tokens)}",
+            *(f"{i} {json.dumps(name)}" for name, i in self.special_tokens.items()),
+            f"merges {len(self.merges)}",
+            *(f"{a} {b}" for a, b in self.merges),
+        ]
+        Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> BPETokenizer:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        where = f"tokenizer file {str(path)!r}"
+
+        def fail(problem: str) -> TokenizerFileError:
+            return TokenizerFileError(f"{where} is not a valid course_lib BPE file: {problem}")
+
+        if not lines or lines[0] != BPE_FILE_HEADER:
+            got = lines[0][:40] if lines else "an empty file"
+            raise fail(f"expected first line {BPE_FILE_HEADER!r}, got {got!r}")
+        try:
+            key, value = lines[1].split(" ", 1)
+            assert key == "pattern"
+            pattern = json.loads(value)
+            key, n_special = lines[2].split(" ")
+            assert key == "special"
+            n_special = int(n_special)
+            special = {}
+            for line in lines[3 : 3 + n_special]:
+                i, name = line.split(" ", 1)
+                special[json.loads(name)] = int(i)
+            key, n_merges = lines[3 + n_special].split(" ")
+            assert key == "merges"
+            n_merges = int(n_merges)
+            merge_lines = lines[4 + n_special :]
+            merges = [tuple(int(x) for x in line.split(" ")) for line in merge_lines]
+        except (AssertionError, IndexError, ValueError) as err:
+            raise fail(f"malformed header or entry ({err.__class__.__name__}: {err})") from None
+        if len(merges) != n_merges or any(len(m) != 2 for m in merges):
+            raise fail(f"expected {n_merges} merges of two ids, found {len(merges)} lines (truncated?)")
+        try:
+            return cls.from_merges(merges, pattern, special)
+        except ValueError as err:
+            raise fail(str(err)) from None
+
+    def __repr__(self) -> str:
+        return (
+            f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.vocab) - 256}, "
+            f"special_tokens={self.special_tokens}, pattern={'GPT-2' if self.pattern == GPT2_SPLIT_PATTERN else self.pattern!r})"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# GPT-2's encoding, offline
+# --------------------------------------------------------------------------------------
+
+
+def load_gpt2_ranks() -> dict[bytes, int]:
+    """GPT-2's 50,256 mergeable tokens and their ranks (= ids), from the shipped file.
+
+    The file is ``whisper/assets/gpt2.tiktoken`` from the ``openai-whisper`` source
+    distribution (MIT licence); its SHA-256 is checked so a damaged copy fails loudly.
+    """
+    data = resources.files("course_lib").joinpath("assets", GPT2_RANKS_FILE).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != GPT2_RANKS_SHA256:
+        raise TokenizerFileError(
+            f"course_lib/assets/{GPT2_RANKS_FILE} has SHA-256 {digest}, expected "
+            f"{GPT2_RANKS_SHA256}; reinstall course_lib to restore it"
+        )
+    ranks = {}
+    for line in data.splitlines():
+        token, rank = line.split()
+        ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def gpt2_encoding():
+    """tiktoken's GPT-2 encoding (50,257 tokens), built from the shipped ranks.
+
+    ``tiktoken.get_encoding("gpt2")`` downloads two files on first use; this gives the
+    identical encoding without a network connection, every time.
+    """
+    import tiktoken
+
+    return tiktoken.Encoding(
+        name="gpt2",
+        pat_str=GPT2_SPLIT_PATTERN,
+        mergeable_ranks=load_gpt2_ranks(),
+        special_tokens={ENDOFTEXT: GPT2_VOCAB_SIZE - 1},
+        explicit_n_vocab=GPT2_VOCAB_SIZE,
+    )
+
+
+def gpt2_tokenizer() -> BPETokenizer:
+    """The course's own BPE encoder loaded with GPT-2's ranks: same ids as tiktoken."""
+    ranks = load_gpt2_ranks()
+    vocab = sorted(ranks, key=ranks.__getitem__)
+    return BPETokenizer(vocab, GPT2_SPLIT_PATTERN, {ENDOFTEXT: GPT2_VOCAB_SIZE - 1})

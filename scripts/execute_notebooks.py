@@ -1,0 +1,76 @@
+"""Execute notebooks top to bottom in a fresh kernel and store them normalised.
+
+This is the only way stored outputs are produced, so that they are reproducible:
+
+    python scripts/execute_notebooks.py                 # every notebook, full budget
+    python scripts/execute_notebooks.py notebooks/01_tokenization.ipynb --budget ci
+
+Each notebook runs in its own kernel with the working directory set to ``notebooks/``,
+``COURSE_THREADS`` fixed (2 by default), and ``PYTHONHASHSEED=0``. Afterwards volatile
+metadata (timings, kernel versions, widget state) is removed so a re-run that computes
+the same outputs leaves the file byte-for-byte unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+KEPT_CELL_METADATA = ("slideshow", "tags")
+
+
+def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Keep only what the course needs: slide and tag metadata, outputs, counts."""
+    nb.metadata = nbformat.from_dict(
+        {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
+        | {k: nb.metadata[k] for k in ("rise",) if k in nb.metadata}
+    )
+    for cell in nb.cells:
+        cell.metadata = nbformat.from_dict({k: cell.metadata[k] for k in KEPT_CELL_METADATA if k in cell.metadata})
+    return nb
+
+
+def execute(path: Path, budget: str, threads: int, timeout: int) -> float:
+    nb = nbformat.read(path, as_version=4)
+    env = {"COURSE_BUDGET": budget, "COURSE_THREADS": str(threads), "PYTHONHASHSEED": "0"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the kernel inherits this process's environment
+    try:
+        start = time.perf_counter()
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+        elapsed = time.perf_counter() - start
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    nbformat.write(normalise(nb), path)
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("notebooks", nargs="*", type=Path, help="default: every notebook in notebooks/")
+    parser.add_argument("--budget", choices=("full", "ci"), default="full")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--timeout", type=int, default=1800, help="seconds allowed per cell")
+    args = parser.parse_args(argv)
+    paths = args.notebooks or sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    for path in paths:
+        print(f"executing {path.name} (budget {args.budget}, {args.threads} threads) ...", flush=True)
+        print(f"  done in {execute(path.resolve(), args.budget, args.threads, args.timeout):.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

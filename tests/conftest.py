@@ -1,0 +1,24 @@
+import pytest
+from hypothesis import settings
+
+from course_lib.data import stdlib_docs_text
+from course_lib.tokenization import gpt2_encoding, gpt2_tokenizer
+
+# No timing-based failures on a shared machine, and no example database left behind.
+settings.register_profile("course", deadline=None, database=None)
+settings.load_profile("course")
+
+
+@pytest.fixture(scope="session")
+def corpus() -> str:
+    return stdlib_docs_text()
+
+
+@pytest.fixture(scope="session")
+def tiktoken_gpt2():
+    return gpt2_encoding()
+
+
+@pytest.fixture(scope="session")
+def course_gpt2():
+    return gpt2_tokenizer()

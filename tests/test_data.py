@@ -1,0 +1,154 @@
+import hashlib
+import http.server
+import threading
+
+import pytest
+import torch
+
+from course_lib import data
+from course_lib.data import (
+    CORPORA,
+    DatasetUnavailableError,
+    SlidingWindowDataset,
+    download,
+    load_corpus,
+    make_dataloader,
+    train_val_split,
+)
+
+
+def test_default_corpus_is_offline_english_text():
+    text = load_corpus()
+    assert text == load_corpus("stdlib-docs")
+    assert len(text) > 400_000
+    assert "The \"assert\" statement" in text
+    assert text.count(" the ") > 3000
+
+
+def test_unknown_corpus_names_the_known_ones():
+    with pytest.raises(ValueError, match="known corpora: stdlib-docs, tiny-shakespeare"):
+        load_corpus("wikipedia")
+
+
+def test_registry_entries_have_checksums():
+    for corpus in CORPORA.values():
+        assert corpus.url.startswith("https://")
+        assert len(corpus.sha256) == 64 and int(corpus.sha256, 16) >= 0
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A throwaway HTTP server on localhost serving tmp_path/served."""
+    served = tmp_path / "served"
+    served.mkdir()
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(served), **kwargs)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield served, f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_download_verifies_and_caches(server, tmp_path):
+    served, url = server
+    payload = b"To be, or not to be\n" * 1000
+    (served / "play.txt").write_bytes(payload)
+    target = tmp_path / "cache" / "play.txt"
+    sha = hashlib.sha256(payload).hexdigest()
+    assert download(f"{url}/play.txt", target, sha) == target
+    assert target.read_bytes() == payload
+    (served / "play.txt").unlink()  # a second call must not touch the network
+    assert download(f"{url}/play.txt", target, sha) == target
+    assert list(target.parent.iterdir()) == [target]
+
+
+def test_checksum_mismatch_leaves_no_file(server, tmp_path):
+    served, url = server
+    (served / "play.txt").write_bytes(b"tampered")
+    target = tmp_path / "cache" / "play.txt"
+    with pytest.raises(DatasetUnavailableError, match="expected " + "0" * 64):
+        download(f"{url}/play.txt", target, "0" * 64)
+    assert list(target.parent.iterdir()) == []
+
+
+def test_offline_download_fails_with_advice(tmp_path):
+    # Port 9 on localhost: nothing listens there, as when the network is down.
+    target = tmp_path / "x.txt"
+    with pytest.raises(DatasetUnavailableError, match="Are you offline.*load_corpus\\('stdlib-docs'\\)"):
+        download("http://127.0.0.1:9/x.txt", target, "0" * 64, timeout=5)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_load_corpus_uses_registry_and_cache(server, tmp_path, monkeypatch):
+    served, url = server
+    payload = "ROMEO: hello\n".encode() * 50
+    (served / "s.txt").write_bytes(payload)
+    entry = data.RemoteCorpus(f"{url}/s.txt", hashlib.sha256(payload).hexdigest(), "s.txt", "test")
+    monkeypatch.setitem(data.CORPORA, "tiny", entry)
+    monkeypatch.setenv(data.CACHE_ENV, str(tmp_path / "cache"))
+    assert load_corpus("tiny") == payload.decode()
+    assert (tmp_path / "cache" / "s.txt").exists()
+
+
+def test_train_val_split_is_contiguous():
+    ids = torch.arange(100)
+    train, val = train_val_split(ids, 0.1)
+    assert torch.equal(train, torch.arange(90)) and torch.equal(val, torch.arange(90, 100))
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        train_val_split(ids, 1.5)
+
+
+def test_sliding_windows_shift_targets_by_one():
+    ds = SlidingWindowDataset(list(range(10)), context_length=4, stride=4)
+    assert len(ds) == 2
+    x, y = ds[0]
+    assert x.tolist() == [0, 1, 2, 3] and y.tolist() == [1, 2, 3, 4]
+    x, y = ds[1]
+    assert x.tolist() == [4, 5, 6, 7] and y.tolist() == [5, 6, 7, 8]
+    assert [t.tolist() for t in ds[-1]] == [t.tolist() for t in ds[1]]
+    with pytest.raises(IndexError):
+        ds[2]
+
+
+@pytest.mark.parametrize("n, context, stride", [(10, 4, 1), (11, 4, 2), (5, 4, 3), (100, 7, 5)])
+def test_windows_cover_every_full_window(n, context, stride):
+    ds = SlidingWindowDataset(torch.arange(n), context, stride)
+    assert len(ds) == len(range(0, n - context, stride))
+    for i in range(len(ds)):
+        x, y = ds[i]
+        assert x[0] == i * stride and torch.equal(y, x + 1) and len(x) == context
+
+
+def test_bad_windows_raise():
+    with pytest.raises(ValueError, match="stride must be a positive"):
+        SlidingWindowDataset(range(10), 4, stride=0)
+    with pytest.raises(ValueError, match="stride must be a positive"):
+        SlidingWindowDataset(range(10), 4, stride=-2)
+    with pytest.raises(ValueError, match="needs context_length \\+ 1 = 11 tokens, but the data has only 10"):
+        SlidingWindowDataset(range(10), 10)
+    with pytest.raises(ValueError, match="context_length must be at least 1"):
+        SlidingWindowDataset(range(10), 0)
+
+
+def test_dataloader_batches_and_is_reproducible():
+    ids = torch.arange(1000)
+    loader = make_dataloader(ids, context_length=8, batch_size=4, seed=3)
+    x, y = next(iter(loader))
+    assert x.shape == (4, 8) and y.shape == (4, 8)
+    assert torch.equal(y[:, :-1], x[:, 1:])
+    again = next(iter(make_dataloader(ids, context_length=8, batch_size=4, seed=3)))[0]
+    assert torch.equal(x, again)
+    assert len(loader.dataset) == (1000 - 9) // 8 + 1 and len(loader) == len(loader.dataset) // 4
+
+
+def test_dataloader_too_little_data_raises():
+    with pytest.raises(ValueError, match="only 2 windows for a batch of 4"):
+        make_dataloader(torch.arange(20), context_length=8, batch_size=4)

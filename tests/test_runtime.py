@@ -1,0 +1,51 @@
+import pytest
+import torch
+
+from course_lib import runtime
+
+
+def test_device_prefers_cuda_then_mps_then_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert runtime.get_device().type == "cpu"
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert runtime.get_device().type == "mps"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert runtime.get_device().type == "cuda"
+
+
+def test_seed_everything_makes_draws_repeat():
+    g = runtime.seed_everything(7)
+    a, b = torch.rand(3), torch.rand(3, generator=g)
+    g = runtime.seed_everything(7)
+    assert torch.equal(a, torch.rand(3)) and torch.equal(b, torch.rand(3, generator=g))
+
+
+def test_budget_switch(monkeypatch):
+    monkeypatch.delenv(runtime.BUDGET_ENV, raising=False)
+    assert runtime.budget() == "full" and runtime.by_budget(1000, 10) == 1000
+    monkeypatch.setenv(runtime.BUDGET_ENV, "CI")
+    assert runtime.budget() == "ci" and runtime.by_budget(1000, 10) == 10
+    monkeypatch.setenv(runtime.BUDGET_ENV, "tiny")
+    with pytest.raises(ValueError, match="COURSE_BUDGET='tiny' is not a known budget; use one of full, ci"):
+        runtime.budget()
+
+
+def test_threads(monkeypatch):
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setenv(runtime.THREADS_ENV, "1")
+        assert runtime.configure_threads() == 1
+        monkeypatch.setenv(runtime.THREADS_ENV, "zero")
+        with pytest.raises(ValueError, match="positive integer"):
+            runtime.configure_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_start_prints_one_line(monkeypatch, capsys):
+    monkeypatch.setenv(runtime.BUDGET_ENV, "ci")
+    monkeypatch.delenv(runtime.THREADS_ENV, raising=False)
+    runtime.start(3)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "budget: ci" in out and "seed: 3" in out

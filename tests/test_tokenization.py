@@ -1,0 +1,275 @@
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from course_lib import tokenization as tk
+from course_lib.tokenization import (
+    ENDOFTEXT,
+    BPETokenizer,
+    CharTokenizer,
+    TokenizerFileError,
+    WordTokenizer,
+    get_pair_counts,
+    merge_pair,
+    train_bpe,
+    train_bpe_naive,
+)
+
+HARD_STRINGS = [
+    "",
+    "hello world",
+    "Hello, World!! How's it going? I'm fine, we'll see, they've left, you're right, he'd go.",
+    "naïve café, Zürich, 東京, Москва, 🎉🚀👩‍👩‍👧‍👦 emoji",
+    "    four leading spaces\n\n\n\ttabs\t\tand   runs   of spaces   ",
+    "trailing spaces   ",
+    "\n",
+    " \n \n",
+    "numbers 1234567890 3.14159 1e-10 and 007",
+    "code: def f(x):\n    return x**2  # comment\n",
+    "'s 's 'S 'LL 'll CAPS'S",
+    "\u00a0non-breaking\u2009thin\u3000ideographic spaces",
+    "a" * 500,
+    "endoftext inside <|endoftext|> a sentence",
+]
+
+
+# -- the pure BPE functions ------------------------------------------------------------
+
+
+def test_get_pair_counts_counts_overlapping_pairs():
+    assert get_pair_counts([1, 2, 3, 1, 2]) == Counter({(1, 2): 2, (2, 3): 1, (3, 1): 1})
+    assert get_pair_counts([7, 7, 7]) == Counter({(7, 7): 2})
+    assert get_pair_counts([5]) == Counter()
+
+
+def test_merge_pair_is_left_to_right_and_non_overlapping():
+    assert merge_pair([5, 6, 6, 7, 6, 6], (6, 6), 99) == [5, 99, 7, 99]
+    assert merge_pair([6, 6, 6], (6, 6), 99) == [99, 6]
+    assert merge_pair([1, 2, 3], (3, 4), 99) == [1, 2, 3]
+    assert merge_pair([], (1, 2), 99) == []
+
+
+# -- GPT-2 through tiktoken, offline ---------------------------------------------------
+
+
+def test_split_pattern_is_tiktokens_gpt2_pattern():
+    from tiktoken_ext.openai_public import r50k_pat_str
+
+    assert tk.GPT2_SPLIT_PATTERN == r50k_pat_str
+
+
+def test_gpt2_encoding_known_values(tiktoken_gpt2):
+    assert tiktoken_gpt2.n_vocab == 50257
+    assert tiktoken_gpt2.eot_token == 50256
+    # Ids every GPT-2 tutorial shows.
+    assert tiktoken_gpt2.encode("hello world") == [31373, 995]
+    assert tiktoken_gpt2.encode("Hello, world!") == [15496, 11, 995, 0]
+    assert tiktoken_gpt2.encode(ENDOFTEXT, allowed_special="all") == [50256]
+
+
+def test_damaged_rank_file_is_refused(monkeypatch):
+    monkeypatch.setattr(tk, "GPT2_RANKS_SHA256", "0" * 64)
+    with pytest.raises(TokenizerFileError, match="SHA-256"):
+        tk.load_gpt2_ranks()
+
+
+def test_course_encoder_matches_tiktoken_on_whole_corpus(corpus, course_gpt2, tiktoken_gpt2):
+    ids = course_gpt2.encode(corpus)
+    assert ids == tiktoken_gpt2.encode_ordinary(corpus)
+    assert len(ids) > 100_000
+    assert course_gpt2.decode(ids) == corpus
+
+
+@pytest.mark.parametrize("text", HARD_STRINGS)
+def test_course_encoder_matches_tiktoken_on_hard_strings(text, course_gpt2, tiktoken_gpt2):
+    assert course_gpt2.encode(text, allowed_special="all") == tiktoken_gpt2.encode(text, allowed_special="all")
+    assert course_gpt2.encode_ordinary(text) == tiktoken_gpt2.encode_ordinary(text)
+
+
+@given(st.text(max_size=200))
+def test_course_encoder_matches_tiktoken_on_arbitrary_text(course_gpt2, tiktoken_gpt2, text):
+    ids = course_gpt2.encode_ordinary(text)
+    assert ids == tiktoken_gpt2.encode_ordinary(text)
+    assert course_gpt2.decode(ids) == text
+
+
+def test_disallowed_special_token_raises_like_tiktoken(course_gpt2, tiktoken_gpt2):
+    text = "before <|endoftext|> after"
+    with pytest.raises(ValueError, match="special token"):
+        tiktoken_gpt2.encode(text)
+    with pytest.raises(ValueError, match=r"allowed_special=\{'<\|endoftext\|>'\}"):
+        course_gpt2.encode(text)
+    assert course_gpt2.encode(text, allowed_special={ENDOFTEXT}).count(50256) == 1
+    assert 50256 not in course_gpt2.encode_ordinary(text)
+
+
+def test_unknown_allowed_special_raises(course_gpt2):
+    with pytest.raises(ValueError, match="not special tokens"):
+        course_gpt2.encode("x", allowed_special={"<|im_start|>"})
+
+
+def test_decode_outside_vocabulary_raises(course_gpt2):
+    with pytest.raises(ValueError, match="token id 50257 is outside the vocabulary"):
+        course_gpt2.decode([50257])
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        course_gpt2.decode([-1])
+
+
+def test_partial_utf8_decodes_to_replacement_character(course_gpt2, tiktoken_gpt2):
+    ids = course_gpt2.encode("🎉")
+    assert len(ids) > 1
+    assert course_gpt2.decode(ids[:1]) == tiktoken_gpt2.decode(ids[:1])
+
+
+# -- training ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pattern", [tk.GPT2_SPLIT_PATTERN, None])
+def test_fast_training_learns_exactly_the_naive_merges(corpus, pattern):
+    text = corpus[:20_000]
+    fast = train_bpe(text, 256 + 60, pattern=pattern)
+    naive = train_bpe_naive(text, 256 + 60, pattern=pattern)
+    assert fast.merges == naive.merges
+    assert len(fast.merges) == 60
+
+
+def test_training_is_deterministic_and_frequency_ordered(corpus):
+    text = corpus[:50_000]
+    a = train_bpe(text, 300)
+    b = train_bpe(text, 300)
+    assert a.merges == b.merges
+    # The first merge is the most frequent adjacent byte pair inside the pre-split chunks.
+    chunks = tk._pretokenize(text, tk.GPT2_SPLIT_PATTERN)
+    counts = Counter()
+    for chunk in chunks:
+        get_pair_counts(list(chunk), counts)
+    assert counts[a.merges[0]] == max(counts.values())
+
+
+def test_ties_break_towards_smallest_ids():
+    # "ab" and "cd" are equally frequent: (97, 98) < (99, 100) wins.
+    tok = train_bpe("cd ab cd ab", 257, pattern=r"\w+")
+    assert tok.merges == [(ord("a"), ord("b"))]
+
+
+def test_seed_demo_hello_world_splits_into_subwords():
+    text = "hello hello hello world world held help yellow hell low old word " * 20
+    tok = train_bpe(text, 256 + 12)
+    pieces = tok.pieces("hello world")
+    assert "".join(pieces) == "hello world"
+    assert 1 < len(pieces) < len("hello world")
+
+
+def test_training_stops_when_nothing_is_left_to_merge():
+    tok = train_bpe("ab", 256 + 10, pattern=None)
+    assert tok.merges == [(97, 98)]
+    assert tok.encode("ab") == [256]
+
+
+def test_vocab_smaller_than_bytes_raises():
+    with pytest.raises(ValueError, match="at least 256"):
+        train_bpe("hello", 255)
+    with pytest.raises(ValueError, match="at least 257"):
+        train_bpe("hello", 256, special_tokens=[ENDOFTEXT])
+
+
+def test_special_tokens_get_ids_after_merges():
+    tok = train_bpe("aaaa bbbb " * 10, 256 + 3 + 1, special_tokens=[ENDOFTEXT])
+    assert tok.special_tokens == {ENDOFTEXT: 256 + 3}
+    assert tok.vocab_size == 260
+    ids = tok.encode("aaaa" + ENDOFTEXT, allowed_special="all")
+    assert ids[-1] == 259 and tok.decode(ids) == "aaaa" + ENDOFTEXT
+
+
+@pytest.fixture(scope="module")
+def trained(corpus):
+    return train_bpe(corpus[:100_000], 512, special_tokens=[ENDOFTEXT])
+
+
+@given(st.text(max_size=300))
+def test_trained_round_trip(trained, text):
+    assert trained.decode(trained.encode_ordinary(text)) == text
+
+
+def test_trained_tokenizer_compresses(trained, corpus):
+    sample = corpus[-20_000:]
+    assert len(trained.encode(sample)) < 0.5 * len(sample.encode("utf-8"))
+
+
+# -- save / load ---------------------------------------------------------------------------
+
+
+def test_save_load_round_trip(trained, tmp_path, corpus):
+    path = tmp_path / "tok.bpe"
+    trained.save(path)
+    assert path.read_text().startswith(tk.BPE_FILE_HEADER + "\n")
+    loaded = BPETokenizer.load(path)
+    assert loaded.merges == trained.merges
+    assert loaded.special_tokens == trained.special_tokens
+    assert loaded.pattern == trained.pattern
+    assert loaded.encode(corpus[:5000]) == trained.encode(corpus[:5000])
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda lines: lines[:-5], "truncated"),
+        (lambda lines: ["course_lib-bpe v9"] + lines[1:], "expected first line"),
+        (lambda lines: [], "empty file"),
+        (lambda lines: lines[:1] + ["pattern {not json"] + lines[2:], "malformed"),
+        (lambda lines: lines[:-1] + ["1 99999"], "do not exist"),
+        (lambda lines: lines[:-1] + ["1 two"], "malformed"),
+    ],
+)
+def test_corrupted_files_raise_clear_errors(trained, tmp_path, damage, message):
+    path = tmp_path / "tok.bpe"
+    trained.save(path)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(damage(lines)))
+    with pytest.raises(TokenizerFileError, match=message):
+        BPETokenizer.load(path)
+
+
+def test_rank_built_tokenizer_cannot_be_saved(course_gpt2, tmp_path):
+    with pytest.raises(ValueError, match="only trained tokenizers"):
+        course_gpt2.save(tmp_path / "gpt2.bpe")
+    assert not (tmp_path / "gpt2.bpe").exists()
+
+
+# -- character and word tokenizers -----------------------------------------------------------
+
+
+def test_char_tokenizer_round_trip_and_errors():
+    tok = CharTokenizer.from_text("hello world")
+    assert tok.vocab_size == len(set("hello world"))
+    assert tok.decode(tok.encode("low hello")) == "low hello"
+    with pytest.raises(ValueError, match="'z' is not in the vocabulary"):
+        tok.encode("zebra")
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tok.decode([tok.vocab_size])
+
+
+def test_word_tokenizer_specials_and_unknowns():
+    tok = WordTokenizer.from_text("the cat sat on the mat. the end.")
+    assert tok.itos[:4] == ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
+    assert tok.itos[4] == "the"  # most frequent word first
+    ids = tok.encode("the dog sat.", add_bos=True, add_eos=True)
+    assert ids[0] == tok.stoi["[BOS]"] and ids[-1] == tok.stoi["[EOS]"]
+    assert ids[2] == tok.stoi["[UNK]"]
+    assert tok.decode(ids) == "[BOS] the [UNK] sat. [EOS]"
+    assert tok.decode(ids, skip_special=True) == "the sat."
+
+
+def test_word_tokenizer_without_unknown_token_raises():
+    tok = WordTokenizer.from_text("the cat sat", specials=(), unk_token=None)
+    with pytest.raises(ValueError, match="'dog' is not in the vocabulary and this tokenizer has no unknown token"):
+        tok.encode("the dog")
+    with pytest.raises(ValueError, match="'\\[BOS\\]' is not in the vocabulary"):
+        tok.encode("the cat", add_bos=True)
+
+
+def test_word_tokenizer_max_size_and_min_count():
+    tok = WordTokenizer.from_text("a a a b b c", min_count=2, max_size=5)
+    assert tok.itos == ["[PAD]", "[UNK]", "[BOS]", "[EOS]", "a"]
