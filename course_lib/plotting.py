@@ -107,7 +107,7 @@ def plot_bars(values: dict[str, float], title: str = "", ylabel: str = "", ax: A
 
 
 def _token_box(ax: Axes, x: float, y: float, text: str, color: str, width: float = 0.9) -> None:
-    ax.add_patch(FancyBboxPatch((x - width / 2, y - 0.35), width, 0.7, boxstyle="round,pad=0.02", fc=color, ec="#334155"))
+    ax.add_patch(FancyBboxPatch((x - width / 2, y - 0.3), width, 0.6, boxstyle="round,pad=0.02", fc=color, ec="#334155"))
     ax.text(x, y, text, ha="center", va="center", fontsize=10, family="monospace")
 
 
@@ -115,21 +115,24 @@ def draw_sliding_windows(tokens: Sequence[str], context_length: int, stride: int
     """The token stream on top; below it each window's inputs (blue) and targets (orange)."""
     n_windows = max(0, (len(tokens) - context_length - 1) // stride + 1)
     shown = min(n_windows, max_windows)
+    unit = max(1.0, 0.12 * max(len(t) for t in tokens) + 0.3)  # box pitch that fits the longest token
+    bottom = -1.0 - 2.0 * (shown - 1) - 0.8 if shown else -0.5
     if ax is None:
-        _, ax = plt.subplots(figsize=(0.75 * len(tokens) + 1.5, 1.1 * (2 * shown + 1) + 0.3))
+        _, ax = plt.subplots(figsize=(0.8 * unit * len(tokens) + 2.0, 0.75 * (0.6 - bottom) + 0.5))
     for i, tok in enumerate(tokens):
-        _token_box(ax, i, 0, tok, "#f1f5f9")
+        _token_box(ax, i * unit, 0, tok, "#f1f5f9", width=0.92 * unit)
     ax.text(-0.8, 0, "text", ha="right", va="center", fontsize=10)
     for w in range(shown):
         start = w * stride
-        y_in, y_out = -(2 * w + 1) - 0.2, -(2 * w + 2) - 0.2 + 0.4
+        y_in = -1.0 - 2.0 * w
+        y_out = y_in - 0.8
         for t in range(context_length):
-            _token_box(ax, start + t, y_in, tokens[start + t], INPUT_COLOR)
-            _token_box(ax, start + t + 1, y_out, tokens[start + t + 1], TARGET_COLOR)
-        ax.text(-0.8, y_in, f"window {w}: x", ha="right", va="center", fontsize=10)
-        ax.text(-0.8, y_out, "y", ha="right", va="center", fontsize=10)
-    ax.set_xlim(-3.2, len(tokens))
-    ax.set_ylim(-(2 * shown) - 0.6, 0.6)
+            _token_box(ax, (start + t) * unit, y_in, tokens[start + t], INPUT_COLOR, width=0.92 * unit)
+            _token_box(ax, (start + t + 1) * unit, y_out, tokens[start + t + 1], TARGET_COLOR, width=0.92 * unit)
+        ax.text(-0.8, y_in, f"window {w}: input x", ha="right", va="center", fontsize=10)
+        ax.text(-0.8, y_out, "target y", ha="right", va="center", fontsize=10)
+    ax.set_xlim(-4.2, len(tokens) * unit)
+    ax.set_ylim(bottom - 0.4, 0.5)
     ax.set_title(f"context length {context_length}, stride {stride}: {n_windows} windows"
                  + (f" (first {shown} shown)" if shown < n_windows else ""))
     ax.axis("off")
@@ -147,12 +150,32 @@ def draw_next_token_prediction(context: Sequence[str], candidates: dict[str, flo
     ax.text(x0 + 0.6, 0.45, "model", ha="center", fontsize=10)
     top = max(candidates.values())
     for k, (tok, p) in enumerate(candidates.items()):
-        y = 1.2 - k * 0.6
+        y = 1.2 - k * 0.75
         _token_box(ax, x0 + 2.1, y, tok, TARGET_COLOR if p == top else "#f1f5f9", width=1.2)
         ax.add_patch(plt.Rectangle((x0 + 2.9, y - 0.18), 3 * p, 0.36, color="#1e3a8a"))
         ax.text(x0 + 3.0 + 3 * p, y, f"{p:.2f}", va="center", fontsize=9)
     ax.set_xlim(-0.7, x0 + 5.5)
-    ax.set_ylim(1.2 - len(candidates) * 0.6, 1.7)
+    ax.set_ylim(1.2 - len(candidates) * 0.75, 1.7)
     ax.axis("off")
     ax.set_title("A language model reads the context and outputs a probability for every next token")
+    return ax
+
+
+def draw_merge_steps(steps: Sequence[Sequence[str]], labels: Sequence[str], ax: Axes | None = None) -> Axes:
+    """BPE at work: one row per step, each token a box, merged tokens growing wider."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 0.8 * len(steps) + 0.6))
+    right = 0.0
+    for row, (pieces, label) in enumerate(zip(steps, labels)):
+        x, y = 0.0, -row
+        for k, piece in enumerate(pieces):
+            width = 0.55 * len(piece) + 0.25
+            _token_box(ax, x + width / 2, y, piece, PALETTE[k % len(PALETTE)], width=width)
+            x += width + 0.12
+        right = max(right, x)
+        ax.text(-0.4, y, label, ha="right", va="center", fontsize=10)
+    ax.set_xlim(-3.6, right + 0.2)
+    ax.set_ylim(-len(steps) + 0.4, 0.6)
+    ax.axis("off")
+    ax.set_title("Byte-pair encoding: merge the most frequent pair, again and again")
     return ax

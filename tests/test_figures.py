@@ -1,0 +1,22 @@
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_make_figures():
+    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "scripts" / "make_figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_figures_are_what_the_script_makes(tmp_path):
+    make_figures = load_make_figures()
+    written = make_figures.make_all(tmp_path)
+    committed = {p.name for p in (ROOT / "figures").glob("*.png")}
+    assert committed == {p.name for p in written}, "every figure needs a generator, and every generator a figure"
+    for path in written:
+        assert path.read_bytes() == (ROOT / "figures" / path.name).read_bytes(), (
+            f"figures/{path.name} is stale: run python scripts/make_figures.py"
+        )
