@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable, Sequence
 
 import ipywidgets as widgets
@@ -56,11 +57,11 @@ def ngram_sampler(models: dict[int, NGramLanguageModel], encode: Callable, decod
     def sample(_=None) -> None:
         model = models[order.value]
         context = encode(start.value)
-        if len(context) < model.order - 1:
+        if len(context) < model.order - 1 and not model.backoff:
             out.value = f"<i>the prompt needs at least {model.order - 1} tokens for a {model.order}-gram model</i>"
             return
         ids = model.sample(context, 200, generator=torch.Generator().manual_seed(seed.value))
-        out.value = "<pre style='white-space:pre-wrap'>" + decode(ids).replace("<", "&lt;") + "</pre>"
+        out.value = "<pre style='white-space:pre-wrap'>" + html.escape(decode(ids)) + "</pre>"
 
     for w in (order, seed, start):
         w.observe(sample, names="value")

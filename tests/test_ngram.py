@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from course_lib.ngram import NGramLanguageModel
+from course_lib.tokenization import CharTokenizer
 
 
 def brute_force_prob(ids, order, vocab_size, alpha, context, token):
@@ -60,7 +61,7 @@ def test_sampling_is_reproducible_and_follows_deterministic_chains():
 def test_large_vocabulary_trigram_is_sparse():
     ids = torch.randint(0, 50257, (5000,), generator=torch.Generator().manual_seed(0))
     model = NGramLanguageModel(3, 50257).fit(ids)
-    assert len(model.ngram_keys) <= 4998
+    assert len(model.context_keys) <= 4998
     assert model.next_token_probs(ids[:2]).sum().item() == pytest.approx(1.0, abs=1e-4)
 
 
@@ -81,3 +82,31 @@ def test_bad_input_raises():
         model.cross_entropy([1, 2, 10])
     with pytest.raises(ValueError, match="need at least 3 tokens"):
         NGramLanguageModel(3, 10).fit([1, 2])
+
+
+def test_backoff_uses_the_longest_seen_context():
+    ids = [0, 1, 2, 0, 1, 2, 3]
+    plain = NGramLanguageModel(3, 4, alpha=0.0).fit(ids)
+    backed = NGramLanguageModel(3, 4, alpha=0.0, backoff=True).fit(ids)
+    # Context (0, 1) was seen: both models agree (2 always follows it).
+    assert backed.next_token_probs([0, 1]).tolist() == plain.next_token_probs([0, 1]).tolist() == [0, 0, 1, 0]
+    # Context (3, 1) was never seen: the plain model is uniform, backoff uses the bigram P(. | 1).
+    assert plain.next_token_probs([3, 1]).tolist() == [0.25] * 4
+    assert backed.next_token_probs([3, 1]).tolist() == [0, 0, 1, 0]
+    # Context (3, 3): neither (3, 3) nor 3 was seen as a context: the unigram distribution.
+    assert backed.next_token_probs([3, 3]).tolist() == pytest.approx([2 / 7, 2 / 7, 2 / 7, 1 / 7])
+    # A context shorter than n - 1 is fine with backoff: [1] alone predicts 2.
+    assert backed.next_token_probs([1]).tolist() == [0, 0, 1, 0]
+    assert backed.next_token_probs([]).tolist() == pytest.approx([2 / 7, 2 / 7, 2 / 7, 1 / 7])
+
+
+def test_backoff_probabilities_sum_to_one_and_help_on_unseen_text(corpus):
+    tok = CharTokenizer.from_text(corpus)
+    ids = torch.tensor(tok.encode(corpus[:60_000]))
+    train, val = ids[:50_000], ids[50_000:]
+    plain = NGramLanguageModel(6, tok.vocab_size, alpha=0.01).fit(train)
+    backed = NGramLanguageModel(6, tok.vocab_size, alpha=0.01, backoff=True).fit(train)
+    for context in ("The as", "zzzzzz", "def f("):
+        probs = backed.next_token_probs(tok.encode(context))
+        assert probs.sum().item() == pytest.approx(1.0, abs=1e-5)
+    assert backed.cross_entropy(val) < plain.cross_entropy(val) - 0.3
