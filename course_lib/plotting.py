@@ -30,11 +30,16 @@ def token_pieces(tokenizer, text: str) -> list[str]:
     return [tokenizer.decode([i]) for i in tokenizer.encode(text)]
 
 
+def visible(text: str) -> str:
+    """Make whitespace visible: spaces as ␣, newlines as ↵, tabs as →."""
+    return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "→")
+
+
 def tokens_html(pieces: Sequence[str]) -> str:
     """Each token on its own coloured background; spaces shown as ␣ and newlines as ↵."""
     spans = []
     for k, piece in enumerate(pieces):
-        shown = html.escape(piece).replace(" ", "␣").replace("\n", "↵")
+        shown = visible(html.escape(piece))
         color = PALETTE[k % len(PALETTE)]
         spans.append(
             f'<span style="background:{color};color:#111;padding:1px 2px;margin:1px;'
@@ -47,12 +52,16 @@ def compare_tokenizers_html(tokenizers: dict, text: str) -> str:
     """One row per tokenizer: its name, token count, characters per token, and the colouring."""
     rows = []
     for name, tokenizer in tokenizers.items():
-        pieces = token_pieces(tokenizer, text)
-        ratio = len(text) / max(len(pieces), 1)
+        try:
+            pieces = token_pieces(tokenizer, text)
+        except ValueError as err:  # e.g. a character the character tokenizer never saw
+            stats, shown = "cannot encode", f"<i>{html.escape(str(err))}</i>"
+        else:
+            stats = f"{len(pieces)} tokens<br>{len(text) / max(len(pieces), 1):.2f} chars/token"
+            shown = tokens_html(pieces)
         rows.append(
             f"<tr><td style='text-align:left;vertical-align:top;padding-right:12px'><b>{html.escape(name)}</b><br>"
-            f"{len(pieces)} tokens<br>{ratio:.2f} chars/token</td>"
-            f"<td style='text-align:left'>{tokens_html(pieces)}</td></tr>"
+            f"{stats}</td><td style='text-align:left'>{shown}</td></tr>"
         )
     return "<table>" + "".join(rows) + "</table>"
 
@@ -80,8 +89,8 @@ def plot_heatmap(
     if ax is None:
         _, ax = plt.subplots(figsize=(0.45 * len(col_labels) + 2, 0.45 * len(row_labels) + 1.5))
     image = ax.imshow(matrix.numpy(), cmap=cmap, aspect="auto")
-    ax.set_xticks(range(len(col_labels)), [repr(c)[1:-1] for c in col_labels], rotation=90)
-    ax.set_yticks(range(len(row_labels)), [repr(r)[1:-1] for r in row_labels])
+    ax.set_xticks(range(len(col_labels)), [visible(str(c)) for c in col_labels], rotation=90)
+    ax.set_yticks(range(len(row_labels)), [visible(str(r)) for r in row_labels])
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if annotate:
         top = matrix.max().item() or 1.0

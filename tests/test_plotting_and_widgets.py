@@ -29,6 +29,11 @@ def test_compare_tokenizers_reports_counts(course_gpt2):
     assert "2 tokens" in html and "5.50 chars/token" in html
 
 
+def test_compare_tokenizers_explains_what_cannot_be_encoded():
+    html = plotting.compare_tokenizers_html({"chars": CharTokenizer.from_text("abc")}, "abz")
+    assert "cannot encode" in html and "&#x27;z&#x27; is not in the vocabulary" in html
+
+
 def test_token_explorer_updates_on_typing(course_gpt2):
     box = widgets.token_explorer({"GPT-2": course_gpt2}, "hello")
     text, view = box.children
