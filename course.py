@@ -51,6 +51,8 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ)
     if command == "lab":
         args = [str(python), "-m", "jupyterlab", str(ROOT / "notebooks"), *rest]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root
+            args.append("--allow-root")
     else:
         full = "--full" in rest
         rest = [a for a in rest if a not in ("--full", "--")]
