@@ -1,0 +1,194 @@
+"""Attention, written to be read: softmax, scaled dot-product attention, masks, heads.
+
+Shapes: ``B`` batch, ``T`` tokens, ``C`` model width (``d_model``), ``H`` number of heads,
+``D`` width of one head (``C // H``).
+
+Two multi-head modules compute the same function:
+
+- :class:`MultiHeadAttentionWrapper`: a list of :class:`AttentionHead` run one after the other
+  and concatenated, the way the idea is first explained;
+- :class:`MultiHeadAttention`: one fused ``(C, 3C)`` projection for queries, keys and values,
+  reshaped to ``(B, H, T, D)`` so that all heads run as one batched matrix product. With
+  ``fast=True`` it calls ``torch.nn.functional.scaled_dot_product_attention`` (a fused kernel
+  that never stores the ``T x T`` weights); the tests check all paths agree.
+
+Masks follow PyTorch's convention: a boolean mask is ``True`` where attention is **allowed**;
+a float mask is **added** to the scores (``-inf`` forbids).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """exp(x) / sum(exp(x)), computed after subtracting the maximum so nothing overflows.
+
+    A row that is entirely ``-inf`` (nothing allowed) gives zeros instead of NaN.
+    """
+    m = x.amax(dim=dim, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # all -inf row: avoid inf - inf
+    e = (x - m).exp()
+    total = e.sum(dim=dim, keepdim=True)
+    return e / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """(T, T) boolean mask, ``True`` on and below the diagonal: token t sees tokens 0..t."""
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril()
+
+
+def _as_additive(mask: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    try:
+        torch.broadcast_shapes(mask.shape, scores.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"attention mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+            f"{tuple(scores.shape)} (..., queries, keys)"
+        ) from None
+    if mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device).masked_fill(~mask, float("-inf"))
+    return mask.to(scores.dtype)
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    return_weights: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T / sqrt(d) + mask) v, the heart of the transformer.
+
+    q: (..., Tq, d), k: (..., Tk, d), v: (..., Tk, dv) -> (..., Tq, dv).
+    Dropout (if ``dropout_p > 0``) zeroes attention weights, as in the original transformer.
+    """
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"queries and keys must have the same width, got {q.shape[-1]} and {k.shape[-1]}")
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
+    if mask is not None:
+        scores = scores + _as_additive(mask, scores)
+    weights = softmax(scores, dim=-1)  # (..., Tq, Tk), rows sum to 1
+    if dropout_p > 0:
+        weights = F.dropout(weights, p=dropout_p)
+    out = weights @ v  # (..., Tq, dv)
+    return (out, weights) if return_weights else out
+
+
+def _check_length(T: int, context_length: int) -> None:
+    if T > context_length:
+        raise ValueError(
+            f"sequence of {T} tokens is longer than the context length {context_length}; "
+            "crop the input (x[:, -context_length:]) or build the module with a longer context"
+        )
+
+
+class AttentionHead(nn.Module):
+    """One head of self-attention: (B, T, C) -> (B, T, D)."""
+
+    def __init__(self, d_model: int, head_dim: int, context_length: int, causal: bool = True, dropout: float = 0.0, bias: bool = False):
+        super().__init__()
+        self.query = nn.Linear(d_model, head_dim, bias=bias)
+        self.key = nn.Linear(d_model, head_dim, bias=bias)
+        self.value = nn.Linear(d_model, head_dim, bias=bias)
+        self.context_length, self.causal, self.dropout = context_length, causal, dropout
+        self.register_buffer("mask", causal_mask(context_length), persistent=False)
+
+    def forward(self, x: torch.Tensor, return_weights: bool = False):
+        B, T, C = x.shape
+        _check_length(T, self.context_length)
+        q, k, v = self.query(x), self.key(x), self.value(x)  # (B, T, D) each
+        mask = self.mask[:T, :T] if self.causal else None
+        return scaled_dot_product_attention(q, k, v, mask, self.dropout if self.training else 0.0, return_weights)
+
+
+class MultiHeadAttentionWrapper(nn.Module):
+    """Several heads side by side, outputs concatenated then projected: (B, T, C) -> (B, T, C)."""
+
+    def __init__(self, d_model: int, n_heads: int, context_length: int, causal: bool = True, dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        head_dim = _head_dim(d_model, n_heads)
+        self.heads = nn.ModuleList(
+            AttentionHead(d_model, head_dim, context_length, causal, dropout, bias) for _ in range(n_heads)
+        )
+        self.proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(torch.cat([head(x) for head in self.heads], dim=-1))  # (B, T, H*D) -> (B, T, C)
+
+
+def _head_dim(d_model: int, n_heads: int) -> int:
+    if n_heads < 1 or d_model % n_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; choose n_heads dividing d_model")
+    return d_model // n_heads
+
+
+class MultiHeadAttention(nn.Module):
+    """All heads at once: one fused QKV projection, heads as a batch dimension.
+
+    Parameter names follow GPT-2 (``c_attn``, ``c_proj``) so its weights map directly.
+    ``fast=True`` uses PyTorch's fused ``scaled_dot_product_attention``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        context_length: int,
+        causal: bool = True,
+        dropout: float = 0.0,
+        bias: bool = True,
+        fast: bool = False,
+    ):
+        super().__init__()
+        self.head_dim = _head_dim(d_model, n_heads)
+        self.d_model, self.n_heads, self.context_length = d_model, n_heads, context_length
+        self.causal, self.dropout, self.fast = causal, dropout, fast
+        self.c_attn = nn.Linear(d_model, 3 * d_model, bias=bias)  # queries, keys, values in one matmul
+        self.c_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.resid_dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", causal_mask(context_length), persistent=False)
+
+    def forward(self, x: torch.Tensor, return_weights: bool = False):
+        """(B, T, C) -> (B, T, C); with ``return_weights`` also the (B, H, T, T) weights.
+
+        Returning weights needs the readable path, so it is used even when ``fast=True``.
+        """
+        B, T, C = x.shape
+        _check_length(T, self.context_length)
+        q, k, v = self.c_attn(x).split(self.d_model, dim=-1)  # (B, T, C) each
+        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        v = v.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        dropout_p = self.dropout if self.training else 0.0
+        weights = None
+        if self.fast and not return_weights:
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=self.causal)  # (B, H, T, D)
+        else:
+            mask = self.mask[:T, :T] if self.causal else None
+            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, return_weights=True)
+        out = out.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, H, D) -> (B, T, C)
+        out = self.resid_dropout(self.c_proj(out))
+        return (out, weights) if return_weights else out
+
+    @classmethod
+    def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper, fast: bool = False) -> MultiHeadAttention:
+        """The fused module computing exactly what ``wrapper`` computes (weights copied)."""
+        heads = list(wrapper.heads)
+        first = heads[0]
+        d_model = first.query.in_features
+        bias = first.query.bias is not None
+        fused = cls(d_model, len(heads), first.context_length, first.causal, first.dropout, bias, fast)
+        with torch.no_grad():
+            for part, name in enumerate(("query", "key", "value")):
+                rows = slice(part * d_model, (part + 1) * d_model)
+                fused.c_attn.weight[rows] = torch.cat([getattr(h, name).weight for h in heads])
+                if bias:
+                    fused.c_attn.bias[rows] = torch.cat([getattr(h, name).bias for h in heads])
+            fused.c_proj.load_state_dict(wrapper.proj.state_dict())
+        return fused
