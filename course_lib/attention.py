@@ -42,7 +42,7 @@ def causal_mask(T: int, device: torch.device | str | None = None) -> torch.Tenso
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 
-def _as_additive(mask: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+def _apply_mask(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     try:
         torch.broadcast_shapes(mask.shape, scores.shape)
     except RuntimeError:
@@ -51,8 +51,8 @@ def _as_additive(mask: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
             f"{tuple(scores.shape)} (..., queries, keys)"
         ) from None
     if mask.dtype == torch.bool:
-        return torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device).masked_fill(~mask, float("-inf"))
-    return mask.to(scores.dtype)
+        return scores.masked_fill(~mask, float("-inf"))  # forbidden: exp(-inf) = 0 after softmax
+    return scores + mask.to(scores.dtype)
 
 
 def scaled_dot_product_attention(
@@ -70,9 +70,9 @@ def scaled_dot_product_attention(
     """
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"queries and keys must have the same width, got {q.shape[-1]} and {k.shape[-1]}")
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., Tq, Tk)
+    scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)  # (..., Tq, Tk); scaling q is cheaper
     if mask is not None:
-        scores = scores + _as_additive(mask, scores)
+        scores = _apply_mask(scores, mask)
     weights = softmax(scores, dim=-1)  # (..., Tq, Tk), rows sum to 1
     if dropout_p > 0:
         weights = F.dropout(weights, p=dropout_p)
