@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .attention import causal_mask, scaled_dot_product_attention, softmax
 from .data import SlidingWindowDataset
 from .tokenization import get_pair_counts, merge_pair
 
@@ -141,6 +142,28 @@ def _one_hot_embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return F.one_hot(ids, weight.shape[0]).to(weight.dtype) @ weight  # (..., V) @ (V, C) -> (..., C)
 
 
+def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits, targets)
+
+
+def _context_windows(idx: torch.Tensor, context: int, pad_id: int) -> torch.Tensor:
+    return F.pad(idx, (context - 1, 0), value=pad_id).unfold(1, context, 1)  # (B, T, c)
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return scaled_dot_product_attention(q, k, v)
+
+
+def _causal_softmax(scores: torch.Tensor) -> torch.Tensor:
+    T = scores.shape[-1]
+    return softmax(scores.masked_fill(~causal_mask(T), float("-inf")), dim=-1)
+
+
+def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    B, T, C = x.shape
+    return x.view(B, T, n_heads, C // n_heads).transpose(1, 2)  # (B, H, T, D)
+
+
 def _seeded(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
@@ -201,6 +224,50 @@ def _embedding_cases() -> list[Case]:
     ]
 
 
+def _cross_entropy_cases() -> list[Case]:
+    g = _seeded(2)
+    return [
+        Case((torch.tensor([[2.0, 0.0, -1.0]]), torch.tensor([0])), "one prediction"),
+        Case((torch.randn(4, 5, generator=g), torch.tensor([0, 4, 2, 2])), "a batch of 4"),
+        Case((torch.tensor([[1000.0, 0.0], [0.0, 1000.0]]), torch.tensor([1, 1])), "large logits"),
+    ]
+
+
+def _context_window_cases() -> list[Case]:
+    return [
+        Case((torch.tensor([[1, 2, 3, 4]]), 2, 0), "context 2"),
+        Case((torch.tensor([[5, 6, 7], [8, 9, 1]]), 3, 0), "a batch, context 3"),
+        Case((torch.tensor([[1, 2]]), 4, 9), "context longer than the sequence"),
+        Case((torch.tensor([[3, 4, 5]]), 1, 0), "context 1: the token itself"),
+    ]
+
+
+def _attention_cases() -> list[Case]:
+    g = _seeded(3)
+    return [
+        Case((torch.eye(2), torch.eye(2), torch.tensor([[1.0, 2.0], [3.0, 4.0]])), "two orthogonal tokens"),
+        Case((torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g), torch.randn(5, 3, generator=g)), "(T, d) inputs"),
+        Case((torch.randn(2, 5, 16, generator=g), torch.randn(2, 5, 16, generator=g), torch.randn(2, 5, 8, generator=g)), "a batch, d = 16"),
+    ]
+
+
+def _causal_softmax_cases() -> list[Case]:
+    g = _seeded(4)
+    return [
+        Case((torch.zeros(3, 3),), "equal scores: uniform over the past"),
+        Case((torch.randn(6, 6, generator=g) * 5,), "random scores"),
+        Case((torch.randn(2, 4, 4, generator=g),), "a batch of score matrices"),
+    ]
+
+
+def _split_heads_cases() -> list[Case]:
+    g = _seeded(5)
+    return [
+        Case((torch.arange(12.0).view(1, 2, 6), 3), "B=1, T=2, C=6, 3 heads"),
+        Case((torch.randn(2, 5, 8, generator=g), 2), "B=2, T=5, C=8, 2 heads"),
+    ]
+
+
 EXERCISES: dict[str, Exercise] = {
     e.name: e
     for e in [
@@ -244,6 +311,41 @@ EXERCISES: dict[str, Exercise] = {
             cases=_embedding_cases,
             hint="F.one_hot(ids, num_classes=weight.shape[0]) is an integer tensor of shape "
             "(..., V): convert it to weight's dtype, then multiply by weight (V, C)",
+        ),
+        Exercise(
+            name="cross-entropy",
+            reference=_cross_entropy,
+            cases=_cross_entropy_cases,
+            hint="mean over the batch of logsumexp(logits[i]) - logits[i, targets[i]]; use "
+            "torch.logsumexp (or the max trick) so large logits do not overflow",
+        ),
+        Exercise(
+            name="context-windows",
+            reference=_context_windows,
+            cases=_context_window_cases,
+            hint="left-pad each row with context - 1 copies of pad_id (F.pad(idx, (context - 1, 0), "
+            "value=pad_id)), then take every window of length context: .unfold(1, context, 1)",
+        ),
+        Exercise(
+            name="attention",
+            reference=_attention,
+            cases=_attention_cases,
+            hint="scores = q @ k.transpose(-2, -1) / sqrt(d) with d = q.shape[-1]; softmax over the "
+            "last dimension (the keys); then weights @ v",
+        ),
+        Exercise(
+            name="causal-softmax",
+            reference=_causal_softmax,
+            cases=_causal_softmax_cases,
+            hint="set the scores above the diagonal to -inf BEFORE the softmax "
+            "(torch.triu(..., diagonal=1) marks them), then softmax over the last dimension",
+        ),
+        Exercise(
+            name="split-heads",
+            reference=_split_heads,
+            cases=_split_heads_cases,
+            hint="view (B, T, C) as (B, T, n_heads, C // n_heads), then swap dimensions 1 and 2 "
+            "so each head's (T, D) matrix is contiguous in the last two dimensions",
         ),
     ]
 }

@@ -188,3 +188,12 @@ def draw_merge_steps(steps: Sequence[Sequence[str]], labels: Sequence[str], ax: 
     ax.axis("off")
     ax.set_title("Byte-pair encoding: merge the most frequent pair, again and again")
     return ax
+
+
+def plot_attention(weights: torch.Tensor, tokens: Sequence[str], title: str = "", ax: Axes | None = None) -> Axes:
+    """Attention weights (T, T): row = the token attending (query), column = the token attended to (key)."""
+    weights = torch.as_tensor(weights).detach().float()
+    return plot_heatmap(
+        weights, tokens, tokens, title=title, xlabel="attends to (key)", ylabel="token (query)",
+        annotate=len(tokens) <= 10, ax=ax, cmap="Purples",
+    )

@@ -68,3 +68,29 @@ def ngram_sampler(models: dict[int, NGramLanguageModel], encode: Callable, decod
     sample()
     return widgets.VBox([widgets.HBox([order, seed, start]), out])
 
+
+
+def attention_explorer(attend: Callable[[str, bool], tuple[list[str], "torch.Tensor"]], sentences: Sequence[str], n_heads: int) -> widgets.VBox:
+    """Pick a sentence, a head and masking on/off; see that head's attention heatmap.
+
+    ``attend(sentence, causal)`` returns the tokens and the weights of every head, (H, T, T).
+    """
+    from .plotting import plot_attention
+
+    sentence = widgets.Dropdown(options=list(sentences), description="sentence", layout=widgets.Layout(width="60%"))
+    head = widgets.IntSlider(value=0, min=0, max=n_heads - 1, description="head")
+    causal = widgets.Checkbox(value=True, description="causal mask")
+    out = widgets.Output()
+
+    def draw(_=None) -> None:
+        tokens, weights = attend(sentence.value, causal.value)
+        with out:
+            out.clear_output(wait=True)
+            _, ax = plt.subplots(figsize=(0.5 * len(tokens) + 2.5, 0.45 * len(tokens) + 1.5))
+            plot_attention(weights[head.value], tokens, title=f"head {head.value}, {'causal' if causal.value else 'bidirectional'}", ax=ax)
+            plt.show()
+
+    for w in (sentence, head, causal):
+        w.observe(draw, names="value")
+    draw()
+    return widgets.VBox([sentence, widgets.HBox([head, causal]), out])

@@ -53,6 +53,32 @@ def one_hot_embedding(ids, weight):
     return F.one_hot(ids, weight.shape[0]).float() @ weight
 
 
+def cross_entropy(logits, targets):
+    return (torch.logsumexp(logits, dim=-1) - logits[torch.arange(len(targets)), targets]).mean()
+
+
+def context_windows(idx, context, pad_id):
+    B, T = idx.shape
+    padded = torch.cat([torch.full((B, context - 1), pad_id), idx], dim=1)
+    return torch.stack([padded[:, t : t + context] for t in range(T)], dim=1)
+
+
+def attention(q, k, v):
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def causal_softmax(scores):
+    T = scores.shape[-1]
+    future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+
+
+def split_heads(x, n_heads):
+    B, T, C = x.shape
+    return x.reshape(B, T, n_heads, C // n_heads).permute(0, 2, 1, 3)
+
+
 SOLUTIONS = {
     "bigram-counts": bigram_counts,
     "logsumexp": logsumexp,
@@ -60,6 +86,11 @@ SOLUTIONS = {
     "merge": merge,
     "sliding-windows": sliding_windows,
     "one-hot-embedding": one_hot_embedding,
+    "cross-entropy": cross_entropy,
+    "context-windows": context_windows,
+    "attention": attention,
+    "causal-softmax": causal_softmax,
+    "split-heads": split_heads,
 }
 
 
@@ -96,6 +127,31 @@ MISTAKES = {
         lambda ids, w: w[: ids.numel()].reshape(*ids.shape, -1),  # rows in order, not by id
         lambda ids, w: F.one_hot(ids, w.shape[0]).float(),  # forgot the matmul
     ],
+    "cross-entropy": [
+        lambda z, y: -torch.softmax(z, -1)[torch.arange(len(y)), y].log().mean(),  # -inf for large logits
+        lambda z, y: (torch.logsumexp(z, -1) - z[torch.arange(len(y)), y]).sum(),  # sum, not mean
+        lambda z, y: (torch.logsumexp(z, -1) - z[:, 0]).mean(),  # wrong target column
+    ],
+    "context-windows": [
+        lambda idx, c, p: context_windows(idx, c, 0),  # ignores pad_id
+        lambda idx, c, p: torch.cat([idx, torch.full((idx.shape[0], c - 1), p)], 1).unfold(1, c, 1),  # pads on the right
+        lambda idx, c, p: context_windows(idx, c, p).flip(-1),  # reversed order
+    ],
+    "attention": [
+        lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v,  # no scaling
+        lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -2) @ v,  # softmax over queries
+        lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], -1) @ v,  # divides by d, not sqrt(d)
+    ],
+    "causal-softmax": [
+        lambda s: torch.softmax(s, -1) * torch.tril(torch.ones(s.shape[-2:])),  # masks after softmax, no renormalisation
+        lambda s: torch.softmax(s.masked_fill(torch.tril(torch.ones(s.shape[-2:], dtype=torch.bool)), float("-inf")), -1),  # wrong triangle
+        lambda s: torch.softmax(s.masked_fill(torch.triu(torch.ones(s.shape[-2:], dtype=torch.bool), 1), 0.0), -1),  # fills 0, not -inf
+    ],
+    "split-heads": [
+        lambda x, h: x.view(x.shape[0], h, x.shape[1], -1),  # view without transpose
+        lambda x, h: x.view(x.shape[0], x.shape[1], h, -1),  # forgot the transpose
+        lambda x, h: x.view(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),  # heads interleaved
+    ],
 }
 
 
@@ -129,5 +185,5 @@ def test_exceptions_in_student_code_are_explained():
 
 
 def test_unknown_exercise_lists_the_known_ones():
-    with pytest.raises(KeyError, match="known exercises: bigram-counts"):
+    with pytest.raises(KeyError, match="known exercises: attention, bigram-counts"):
         check("no-such-exercise", lambda: None)

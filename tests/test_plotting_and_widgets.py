@@ -60,3 +60,22 @@ def test_diagrams_draw_without_error():
     plotting.draw_next_token_prediction(["The", " cat"], {" sat": 0.6, " is": 0.3, " ran": 0.1})
     widgets.window_explorer(list("abcdefgh"))
     plt.close("all")
+
+
+def test_attention_plot_and_explorer():
+    w = torch.softmax(torch.randn(2, 4, 4), -1)
+    ax = plotting.plot_attention(w[0], ["a", "b", "c", "d"])
+    assert ax.get_xlabel() == "attends to (key)" and len(ax.texts) == 16
+    calls = []
+
+    def attend(sentence, causal):
+        calls.append((sentence, causal))
+        return sentence.split(), w
+
+    box = widgets.attention_explorer(attend, ["a b c d", "d c b a"], n_heads=2)
+    sentence, (head, causal), _ = box.children[0], box.children[1].children, box.children[2]
+    causal.value = False
+    sentence.value = "d c b a"
+    head.value = 1
+    assert calls == [("a b c d", True), ("a b c d", False), ("d c b a", False), ("d c b a", False)]
+    plt.close("all")
