@@ -78,7 +78,8 @@ def train_language_model(
     history = History()
     batches = iter(loader)
     model.train()
-    bar = tqdm(range(1, steps + 1), disable=not progress, desc="training")
+    # Only force `disable` when asked: otherwise tqdm's TQDM_DISABLE environment variable decides.
+    bar = tqdm(range(1, steps + 1), desc="training", **({} if progress else {"disable": True}))
     for step in bar:
         try:
             x, y = next(batches)

@@ -6,6 +6,7 @@ import html
 from collections.abc import Callable, Sequence
 
 import ipywidgets as widgets
+import torch
 import matplotlib.pyplot as plt
 
 from .ngram import NGramLanguageModel
@@ -47,8 +48,6 @@ def window_explorer(tokens: Sequence[str], max_context: int = 8) -> widgets.VBox
 
 def ngram_sampler(models: dict[int, NGramLanguageModel], encode: Callable, decode: Callable, prompt: str = "The ") -> widgets.VBox:
     """Pick an n-gram order and a seed and read what the model writes."""
-    import torch
-
     order = widgets.Dropdown(options=sorted(models), value=max(models), description="order n")
     seed = widgets.IntSlider(value=0, min=0, max=20, description="seed")
     start = widgets.Text(value=prompt, description="prompt")
@@ -70,7 +69,7 @@ def ngram_sampler(models: dict[int, NGramLanguageModel], encode: Callable, decod
 
 
 
-def attention_explorer(attend: Callable[[str, bool], tuple[list[str], "torch.Tensor"]], sentences: Sequence[str], n_heads: int) -> widgets.VBox:
+def attention_explorer(attend: Callable[[str, bool], tuple[list[str], torch.Tensor]], sentences: Sequence[str], n_heads: int) -> widgets.VBox:
     """Pick a sentence, a head and masking on/off; see that head's attention heatmap.
 
     ``attend(sentence, causal)`` returns the tokens and the weights of every head, (H, T, T).

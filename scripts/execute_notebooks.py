@@ -6,7 +6,7 @@ This is the only way stored outputs are produced, so that they are reproducible:
     python scripts/execute_notebooks.py notebooks/01_tokenization.ipynb --budget ci
 
 Each notebook runs in its own kernel with the working directory set to ``notebooks/``,
-``COURSE_THREADS`` fixed (2 by default), and ``PYTHONHASHSEED=0``. Afterwards volatile
+``COURSE_THREADS`` fixed (2 by default), ``PYTHONHASHSEED=0`` and progress bars off. Afterwards volatile
 metadata (timings, kernel versions, widget state) is removed so a re-run that computes
 the same outputs leaves the file byte-for-byte unchanged.
 """
@@ -41,7 +41,8 @@ def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 def execute(path: Path, budget: str, threads: int, timeout: int) -> float:
     nb = nbformat.read(path, as_version=4)
-    env = {"COURSE_BUDGET": budget, "COURSE_THREADS": str(threads), "PYTHONHASHSEED": "0"}
+    # No progress bars in stored outputs: a saved bar is frozen at 0% when rendered on GitHub.
+    env = {"COURSE_BUDGET": budget, "COURSE_THREADS": str(threads), "PYTHONHASHSEED": "0", "TQDM_DISABLE": "1"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the kernel inherits this process's environment
     try:
