@@ -17,6 +17,9 @@ BUDGET_ENV = "COURSE_BUDGET"
 THREADS_ENV = "COURSE_THREADS"
 """Environment variable fixing torch's CPU thread count (stored outputs use 2)."""
 
+PROGRESS_ENV = "COURSE_PROGRESS"
+"""Set to ``0`` to hide progress bars (the execution script does, for stored outputs)."""
+
 BUDGETS = ("full", "ci")
 
 
@@ -54,6 +57,11 @@ def budget() -> str:
 def by_budget(full, ci):
     """Pick ``full`` or ``ci`` according to :func:`budget` (e.g. a number of steps)."""
     return full if budget() == "full" else ci
+
+
+def show_progress() -> bool:
+    """Whether long loops show a progress bar (yes, unless ``COURSE_PROGRESS=0``)."""
+    return os.environ.get(PROGRESS_ENV, "1") != "0"
 
 
 def configure_threads() -> int:

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .data import SlidingWindowDataset, make_dataloader
+from .runtime import show_progress
 
 
 def lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -66,9 +67,12 @@ def train_language_model(
     eval_every: int = 100,
     eval_batches: int = 20,
     seed: int = 0,
-    progress: bool = True,
+    progress: bool | None = None,
 ) -> History:
-    """Train for ``steps`` batches, cycling through shuffled windows; return the loss history."""
+    """Train for ``steps`` batches, cycling through shuffled windows; return the loss history.
+
+    ``progress=None`` shows a progress bar unless ``COURSE_PROGRESS=0`` (see runtime).
+    """
     if steps < 1:
         raise ValueError(f"steps must be positive, got {steps}")
     device = next(model.parameters()).device
@@ -78,8 +82,7 @@ def train_language_model(
     history = History()
     batches = iter(loader)
     model.train()
-    # Only force `disable` when asked: otherwise tqdm's TQDM_DISABLE environment variable decides.
-    bar = tqdm(range(1, steps + 1), desc="training", **({} if progress else {"disable": True}))
+    bar = tqdm(range(1, steps + 1), desc="training", disable=not (show_progress() if progress is None else progress))
     for step in bar:
         try:
             x, y = next(batches)

@@ -42,7 +42,7 @@ def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 def execute(path: Path, budget: str, threads: int, timeout: int) -> float:
     nb = nbformat.read(path, as_version=4)
     # No progress bars in stored outputs: a saved bar is frozen at 0% when rendered on GitHub.
-    env = {"COURSE_BUDGET": budget, "COURSE_THREADS": str(threads), "PYTHONHASHSEED": "0", "TQDM_DISABLE": "1"}
+    env = {"COURSE_BUDGET": budget, "COURSE_THREADS": str(threads), "PYTHONHASHSEED": "0", "COURSE_PROGRESS": "0"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the kernel inherits this process's environment
     try:

@@ -49,3 +49,10 @@ def test_start_prints_one_line(monkeypatch, capsys):
     runtime.start(3)
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "budget: ci" in out and "seed: 3" in out
+
+
+def test_progress_switch(monkeypatch):
+    monkeypatch.delenv(runtime.PROGRESS_ENV, raising=False)
+    assert runtime.show_progress()
+    monkeypatch.setenv(runtime.PROGRESS_ENV, "0")
+    assert not runtime.show_progress()
