@@ -164,6 +164,11 @@ def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x.view(B, T, n_heads, C // n_heads).transpose(1, 2)  # (B, H, T, D)
 
 
+def _merge_heads(x: torch.Tensor) -> torch.Tensor:
+    B, H, T, D = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, C)
+
+
 def _seeded(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
@@ -268,6 +273,14 @@ def _split_heads_cases() -> list[Case]:
     ]
 
 
+def _merge_heads_cases() -> list[Case]:
+    g = _seeded(6)
+    return [
+        Case((torch.arange(12.0).view(1, 3, 2, 2),), "B=1, 3 heads, T=2, D=2"),
+        Case((torch.randn(2, 4, 5, 3, generator=g),), "B=2, 4 heads, T=5, D=3"),
+    ]
+
+
 EXERCISES: dict[str, Exercise] = {
     e.name: e
     for e in [
@@ -346,6 +359,13 @@ EXERCISES: dict[str, Exercise] = {
             cases=_split_heads_cases,
             hint="view (B, T, C) as (B, T, n_heads, C // n_heads), then swap dimensions 1 and 2 "
             "so each head's (T, D) matrix is contiguous in the last two dimensions",
+        ),
+        Exercise(
+            name="merge-heads",
+            reference=_merge_heads,
+            cases=_merge_heads_cases,
+            hint="undo split-heads: transpose(1, 2) back to (B, T, H, D), then reshape to (B, T, H * D); "
+            "a plain view of (B, H, T, D) mixes tokens of different heads",
         ),
     ]
 }

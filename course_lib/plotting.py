@@ -197,3 +197,33 @@ def plot_attention(weights: torch.Tensor, tokens: Sequence[str], title: str = ""
         weights, tokens, tokens, title=title, xlabel="attends to (key)", ylabel="token (query)",
         annotate=len(tokens) <= 10, ax=ax, cmap="Purples",
     )
+
+
+def draw_bottleneck_vs_attention(words: Sequence[str] = ("le", "chat", "est", "noir"), weights: Sequence[float] = (0.05, 0.1, 0.15, 0.7)) -> plt.Figure:
+    """Left: an RNN encoder squeezes the sentence into one vector. Right: attention looks back at every state."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
+    for ax, attention in zip(axes, (False, True)):
+        n = len(words)
+        for i, word in enumerate(words):
+            _token_box(ax, i * 1.3, 0, f"h{i + 1}", INPUT_COLOR, width=1.0)
+            ax.text(i * 1.3, -0.65, word, ha="center", fontsize=10, style="italic")
+            if i:
+                ax.annotate("", xy=(i * 1.3 - 0.5, 0), xytext=(i * 1.3 - 0.8, 0), arrowprops=dict(arrowstyle="-|>", color="#334155"))
+        decoder_x = (n - 1) * 1.3 / 2
+        _token_box(ax, decoder_x, 2.4, "decoder: 'black'", TARGET_COLOR, width=2.6)
+        if attention:
+            for i, w in enumerate(weights):
+                ax.annotate("", xy=(decoder_x, 2.1), xytext=(i * 1.3, 0.3),
+                            arrowprops=dict(arrowstyle="-|>", lw=1 + 10 * w, color="#7c3aed", alpha=0.35 + 0.6 * w))
+                ax.text(i * 1.3 + 0.15, 0.55, f"{w:.2f}", fontsize=9, color="#5b21b6")
+            ax.set_title("attention (Bahdanau, 2014): a weighted look at every state")
+        else:
+            _token_box(ax, (n - 1) * 1.3 + 1.6, 1.2, "c", "#fde68a", width=0.7)
+            ax.annotate("", xy=((n - 1) * 1.3 + 1.6, 0.9), xytext=((n - 1) * 1.3 + 0.5, 0.1), arrowprops=dict(arrowstyle="-|>", color="#334155"))
+            ax.annotate("", xy=(decoder_x + 1.0, 2.1), xytext=((n - 1) * 1.3 + 1.5, 1.5), arrowprops=dict(arrowstyle="-|>", color="#334155"))
+            ax.set_title("RNN encoder-decoder: one fixed vector c for the whole sentence")
+        ax.set_xlim(-0.8, (n - 1) * 1.3 + 2.3)
+        ax.set_ylim(-0.9, 2.9)
+        ax.axis("off")
+    fig.tight_layout()
+    return fig

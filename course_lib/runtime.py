@@ -74,13 +74,12 @@ def configure_threads() -> int:
     return torch.get_num_threads()
 
 
-def start(seed: int = 1337) -> torch.Generator:
+def start(seed: int = 1337) -> None:
     """Set up a notebook: threads, seeds, and one line saying what was chosen."""
     threads = configure_threads()
-    generator = seed_everything(seed)
+    seed_everything(seed)
     print(
         f"torch {torch.__version__} | device: {get_device().type} | "
         f"budget: {budget()} | seed: {seed}"
         + (f" | threads: {threads}" if os.environ.get(THREADS_ENV) else "")
     )
-    return generator

@@ -41,10 +41,15 @@ def bpe_merges() -> None:
     )
 
 
+def bottleneck_vs_attention() -> None:
+    plotting.draw_bottleneck_vs_attention()
+
+
 FIGURES: dict[str, Callable[[], None]] = {
     "next_token_prediction.png": next_token_prediction,
     "sliding_windows.png": sliding_windows,
     "bpe_merges.png": bpe_merges,
+    "bottleneck_vs_attention.png": bottleneck_vs_attention,
 }
 
 

@@ -79,6 +79,11 @@ def split_heads(x, n_heads):
     return x.reshape(B, T, n_heads, C // n_heads).permute(0, 2, 1, 3)
 
 
+def merge_heads(x):
+    B, H, T, D = x.shape
+    return x.permute(0, 2, 1, 3).contiguous().view(B, T, H * D)
+
+
 SOLUTIONS = {
     "bigram-counts": bigram_counts,
     "logsumexp": logsumexp,
@@ -91,6 +96,7 @@ SOLUTIONS = {
     "attention": attention,
     "causal-softmax": causal_softmax,
     "split-heads": split_heads,
+    "merge-heads": merge_heads,
 }
 
 
@@ -151,6 +157,11 @@ MISTAKES = {
         lambda x, h: x.view(x.shape[0], h, x.shape[1], -1),  # view without transpose
         lambda x, h: x.view(x.shape[0], x.shape[1], h, -1),  # forgot the transpose
         lambda x, h: x.view(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),  # heads interleaved
+    ],
+    "merge-heads": [
+        lambda x: x.reshape(x.shape[0], x.shape[2], -1),  # no transpose
+        lambda x: x.transpose(1, 2)[:, :, 0],  # keeps only the first head
+        lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1),  # channels interleaved
     ],
 }
 
