@@ -94,10 +94,11 @@ def plot_heatmap(
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if annotate:
         top = matrix.max().item() or 1.0
+        counts = bool((matrix == matrix.round()).all())  # integer counts, or probabilities?
         for i in range(matrix.shape[0]):
             for j in range(matrix.shape[1]):
                 value = matrix[i, j].item()
-                text = f"{value:.0f}" if float(value).is_integer() else f"{value:.2f}"
+                text = f"{value:.0f}" if counts else f"{value:.2f}"
                 ax.text(j, i, text, ha="center", va="center", fontsize=7, color="white" if value > top / 2 else "black")
     ax.figure.colorbar(image, ax=ax, fraction=0.04)
     return ax
