@@ -24,6 +24,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .positional import RotaryEmbedding, alibi_bias
+
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """exp(x) / sum(exp(x)), computed after subtracting the maximum so nothing overflows.
@@ -132,7 +134,10 @@ class MultiHeadAttention(nn.Module):
     """All heads at once: one fused QKV projection, heads as a batch dimension.
 
     Parameter names follow GPT-2 (``c_attn``, ``c_proj``) so its weights map directly.
-    ``fast=True`` uses PyTorch's fused ``scaled_dot_product_attention``.
+    ``fast=True`` uses PyTorch's fused ``scaled_dot_product_attention``. Position-aware
+    variants: ``rotary=True`` rotates queries and keys (RoPE), ``alibi=True`` adds ALiBi's
+    distance penalty to the scores. ``extrapolate=True`` accepts sequences longer than
+    ``context_length`` (sensible only with a positional scheme that extrapolates).
     """
 
     def __init__(
@@ -144,15 +149,31 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         fast: bool = False,
+        rotary: bool = False,
+        rope_base: float = 10000.0,
+        alibi: bool = False,
+        extrapolate: bool = False,
     ):
         super().__init__()
         self.head_dim = _head_dim(d_model, n_heads)
         self.d_model, self.n_heads, self.context_length = d_model, n_heads, context_length
         self.causal, self.dropout, self.fast = causal, dropout, fast
+        self.alibi, self.extrapolate = alibi, extrapolate
         self.c_attn = nn.Linear(d_model, 3 * d_model, bias=bias)  # queries, keys, values in one matmul
         self.c_proj = nn.Linear(d_model, d_model, bias=bias)
         self.resid_dropout = nn.Dropout(dropout)
+        self.rotary = RotaryEmbedding(self.head_dim, context_length, rope_base) if rotary else None
         self.register_buffer("mask", causal_mask(context_length), persistent=False)
+
+    def _mask(self, T: int, dtype: torch.dtype) -> torch.Tensor | None:
+        """The mask for T tokens: boolean (causal only) or additive (with ALiBi)."""
+        causal = None
+        if self.causal:
+            causal = self.mask[:T, :T] if T <= self.mask.shape[0] else causal_mask(T, self.mask.device)
+        if not self.alibi:
+            return causal
+        bias = alibi_bias(self.n_heads, T).to(dtype=dtype, device=self.mask.device)  # (H, T, T)
+        return bias if causal is None else bias.masked_fill(~causal, float("-inf"))
 
     def forward(self, x: torch.Tensor, return_weights: bool = False):
         """(B, T, C) -> (B, T, C); with ``return_weights`` also the (B, H, T, T) weights.
@@ -160,18 +181,23 @@ class MultiHeadAttention(nn.Module):
         Returning weights needs the readable path, so it is used even when ``fast=True``.
         """
         B, T, C = x.shape
-        _check_length(T, self.context_length)
+        if not self.extrapolate:
+            _check_length(T, self.context_length)
         q, k, v = self.c_attn(x).split(self.d_model, dim=-1)  # (B, T, C) each
         q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = k.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         v = v.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        if self.rotary is not None:
+            q, k = self.rotary(q, k)  # position enters through the rotation of q and k
         dropout_p = self.dropout if self.training else 0.0
         weights = None
         if self.fast and not return_weights:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=self.causal)  # (B, H, T, D)
+            if self.alibi:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=self._mask(T, q.dtype), dropout_p=dropout_p)
+            else:
+                out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=self.causal)  # (B, H, T, D)
         else:
-            mask = self.mask[:T, :T] if self.causal else None
-            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, return_weights=True)
+            out, weights = scaled_dot_product_attention(q, k, v, self._mask(T, q.dtype), dropout_p, return_weights=True)
         out = out.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, H, D) -> (B, T, C)
         out = self.resid_dropout(self.c_proj(out))
         return (out, weights) if return_weights else out

@@ -67,15 +67,16 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def download(url: str, path: str | Path, sha256: str, timeout: float = 30.0) -> Path:
+def download(url: str, path: str | Path, sha256: str | None, timeout: float = 30.0) -> Path:
     """Download ``url`` to ``path`` unless a verified copy is already there.
 
     The bytes go to a temporary file in the same folder and are renamed into place only
     after the checksum matches, so an interrupted or corrupted download never leaves a
-    file that looks complete.
+    file that looks complete. ``sha256=None`` (for files whose publisher gives no checksum)
+    skips the check but keeps the atomic write.
     """
     path = Path(path)
-    if path.exists() and sha256_file(path) == sha256:
+    if path.exists() and (sha256 is None or sha256_file(path) == sha256):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
@@ -85,7 +86,7 @@ def download(url: str, path: str | Path, sha256: str, timeout: float = 30.0) -> 
             for block in iter(lambda: response.read(1 << 16), b""):
                 digest.update(block)
                 out.write(block)
-        if digest.hexdigest() != sha256:
+        if sha256 is not None and digest.hexdigest() != sha256:
             raise DatasetUnavailableError(
                 f"the file downloaded from {url} has SHA-256 {digest.hexdigest()}, expected "
                 f"{sha256}; it was discarded. The source may have changed: download it by "

@@ -1,0 +1,364 @@
+"""The GPT model: embeddings, a stack of transformer blocks, a final norm, an LM head.
+
+One :class:`GPTConfig` drives every variant the course compares: positional scheme (none /
+learned / sinusoidal / RoPE / ALiBi), normalisation (LayerNorm / RMSNorm), feed-forward (GELU
+MLP / SwiGLU), biases, weight tying, pre- or post-norm, dropout. ``GPTConfig.gpt2()`` is
+GPT-2: its parameter names and shapes map one-to-one onto Hugging Face's (Conv1D weights are
+stored transposed there), and :func:`load_gpt2_state_dict` fills the model from them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from .attention import MultiHeadAttention
+from .layers import FeedForward, LayerNorm, RMSNorm, SwiGLU
+from .positional import LearnedPositionalEmbedding, sinusoidal_encoding
+
+POSITIONAL = ("none", "learned", "sinusoidal", "rope", "alibi")
+NORMS = ("layernorm", "rmsnorm")
+FFNS = ("mlp", "swiglu")
+
+GPT2_SIZES = {  # name: (n_layers, n_heads, d_model)
+    "gpt2": (12, 12, 768),
+    "gpt2-medium": (24, 16, 1024),
+    "gpt2-large": (36, 20, 1280),
+    "gpt2-xl": (48, 25, 1600),
+}
+
+
+@dataclass
+class GPTConfig:
+    vocab_size: int = 50257
+    context_length: int = 1024
+    n_layers: int = 12
+    n_heads: int = 12
+    d_model: int = 768
+    positional: str = "learned"
+    norm: str = "layernorm"
+    ffn: str = "mlp"
+    activation: str = "gelu_tanh"  # for ffn="mlp"; GPT-2 uses GELU's tanh approximation
+    ffn_hidden: int | None = None  # default: 4 * d_model (mlp) or 8/3 * d_model (swiglu)
+    bias: bool = True
+    tie_weights: bool = True
+    dropout: float = 0.0
+    pre_norm: bool = True
+    norm_eps: float = 1e-5
+    rope_base: float = 10000.0
+    fast: bool = True  # attention through F.scaled_dot_product_attention
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in [("positional", self.positional, POSITIONAL), ("norm", self.norm, NORMS), ("ffn", self.ffn, FFNS)]:
+            if value not in allowed:
+                raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"RoPE rotates pairs of dimensions, so the head dimension must be even; "
+                f"d_model / n_heads = {self.d_model} / {self.n_heads} = {self.d_model // self.n_heads}"
+            )
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"sinusoidal encodings need an even d_model, got {self.d_model}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def hidden(self) -> int:
+        if self.ffn_hidden is not None:
+            return self.ffn_hidden
+        return 4 * self.d_model if self.ffn == "mlp" else 4 * self.d_model * 2 // 3
+
+    @classmethod
+    def gpt2(cls, name: str = "gpt2", **overrides) -> GPTConfig:
+        """GPT-2 (small by default): learned positions, LayerNorm, GELU (tanh), biases, tied head."""
+        if name not in GPT2_SIZES:
+            raise ValueError(f"unknown GPT-2 size {name!r}; choose one of {', '.join(GPT2_SIZES)}")
+        n_layers, n_heads, d_model = GPT2_SIZES[name]
+        return cls(**{"n_layers": n_layers, "n_heads": n_heads, "d_model": d_model, **overrides})
+
+    @classmethod
+    def llama_like(cls, **overrides) -> GPTConfig:
+        """The modern recipe: RoPE, RMSNorm, SwiGLU, no biases, untied head."""
+        base = dict(positional="rope", norm="rmsnorm", ffn="swiglu", bias=False, tie_weights=False, norm_eps=1e-6)
+        return cls(**{**base, **overrides})
+
+
+def make_norm(config: GPTConfig) -> nn.Module:
+    if config.norm == "layernorm":
+        return LayerNorm(config.d_model, eps=config.norm_eps, bias=config.bias)
+    return RMSNorm(config.d_model, eps=config.norm_eps)
+
+
+class Block(nn.Module):
+    """Attention then feed-forward, each wrapped in a residual connection and a norm.
+
+    pre-norm (GPT-2 and later): x = x + f(norm(x)); post-norm (2017): x = norm(x + f(x)).
+    """
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.pre_norm = config.pre_norm
+        self.ln_1 = make_norm(config)
+        self.attn = MultiHeadAttention(
+            config.d_model, config.n_heads, config.context_length, causal=True, dropout=config.dropout,
+            bias=config.bias, fast=config.fast, rotary=config.positional == "rope", rope_base=config.rope_base,
+            alibi=config.positional == "alibi", extrapolate=config.positional != "learned",
+        )
+        self.ln_2 = make_norm(config)
+        if config.ffn == "mlp":
+            self.mlp = FeedForward(config.d_model, config.hidden, config.activation, config.bias, config.dropout)
+        else:
+            self.mlp = SwiGLU(config.d_model, config.hidden, config.bias, config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pre_norm:
+            x = x + self.attn(self.ln_1(x))  # (B, T, C)
+            return x + self.mlp(self.ln_2(x))
+        x = self.ln_1(x + self.attn(x))
+        return self.ln_2(x + self.mlp(x))
+
+
+class GPT(nn.Module):
+    """(B, T) token ids -> (B, T, vocab_size) logits."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.config = config
+        modules = dict(
+            wte=nn.Embedding(config.vocab_size, config.d_model),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList(Block(config) for _ in range(config.n_layers)),
+            ln_f=make_norm(config) if config.pre_norm else nn.Identity(),
+        )
+        if config.positional == "learned":
+            modules["wpe"] = LearnedPositionalEmbedding(config.context_length, config.d_model)
+        self.transformer = nn.ModuleDict(modules)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith(("c_proj.weight", "down_proj.weight")):  # GPT-2: scale residual projections
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layers))
+        if config.tie_weights:
+            tie_weights(self)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        """GPT-2's initialisation: N(0, 0.02) weights, zero biases. With a tied head the first
+        loss is then close to ln(vocab_size), as it should be for an untrained model."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        """Token embeddings plus, for learned or sinusoidal schemes, position information."""
+        B, T = idx.shape
+        x = self.transformer.wte(idx)  # (B, T, C)
+        if self.config.positional == "learned":
+            x = x + self.transformer.wpe(T)  # (T, C) broadcast over the batch
+        elif self.config.positional == "sinusoidal":
+            x = x + sinusoidal_encoding(T, self.config.d_model).to(x.device, x.dtype)
+        return self.transformer.drop(x)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.embed(idx)
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
+
+    def num_parameters(self) -> int:
+        """Distinct parameters (a tied weight counts once)."""
+        return sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
+
+
+def tie_weights(model: GPT) -> None:
+    """Share one matrix between the token embedding and the LM head (GPT-2 does)."""
+    embedding, head = model.transformer.wte.weight, model.lm_head.weight
+    if embedding.shape != head.shape:
+        raise ValueError(
+            f"cannot tie the LM head {tuple(head.shape)} to the token embedding {tuple(embedding.shape)}: "
+            "the shapes differ"
+        )
+    model.lm_head.weight = embedding
+
+
+# --------------------------------------------------------------------------------------
+# Counting parameters
+# --------------------------------------------------------------------------------------
+
+
+def _component(name: str) -> str:
+    if name.startswith("transformer.wte"):
+        return "token embedding"
+    if name.startswith("transformer.wpe"):
+        return "position embedding"
+    if ".attn.c_attn" in name:
+        return "attention Q, K, V"
+    if ".attn.c_proj" in name:
+        return "attention output"
+    if ".mlp." in name:
+        return "feed-forward"
+    if "ln_" in name:
+        return "norms"
+    if name.startswith("lm_head"):
+        return "LM head"
+    raise ValueError(f"unclassified parameter {name}")
+
+
+def count_parameters(model: GPT) -> dict[str, int]:
+    """Parameters per component, read off the model (a tied head counts as 0), plus the total."""
+    counts: dict[str, int] = {}
+    for name, p in model.named_parameters():  # named_parameters() lists a shared tensor once
+        counts[_component(name)] = counts.get(_component(name), 0) + p.numel()
+    counts.setdefault("LM head", 0)
+    counts["total"] = sum(counts.values())
+    return counts
+
+
+def parameter_formula(config: GPTConfig) -> dict[str, int]:
+    """The same breakdown from the configuration alone."""
+    C, L, V, H = config.d_model, config.n_layers, config.vocab_size, config.hidden
+    b = 1 if config.bias else 0
+    norm = C * (2 if config.norm == "layernorm" and config.bias else 1)
+    ffn = (2 * C * H + b * (H + C)) if config.ffn == "mlp" else (3 * C * H + b * (2 * H + C))
+    counts = {
+        "token embedding": V * C,
+        "attention Q, K, V": L * (3 * C * C + b * 3 * C),
+        "attention output": L * (C * C + b * C),
+        "feed-forward": L * ffn,
+        "norms": (2 * L + (1 if config.pre_norm else 0)) * norm,
+        "LM head": 0 if config.tie_weights else V * C,
+    }
+    if config.positional == "learned":
+        counts["position embedding"] = config.context_length * C
+    counts["total"] = sum(counts.values())
+    return counts
+
+
+def gpt3_weight_table(
+    n_vocab: int = 50257, d_embed: int = 12288, n_layers: int = 96, n_heads: int = 96, d_head: int = 128, n_neurons: int = 49152
+) -> list[tuple[str, str, int]]:
+    """GPT-3 175B's weight matrices (no biases, norms or positions), as (name, formula, count)."""
+    return [
+        ("Embedding", "d_embed * n_vocab", d_embed * n_vocab),
+        ("Key", "d_head * d_embed * n_heads * n_layers", d_head * d_embed * n_heads * n_layers),
+        ("Query", "d_head * d_embed * n_heads * n_layers", d_head * d_embed * n_heads * n_layers),
+        ("Value", "d_head * d_embed * n_heads * n_layers", d_head * d_embed * n_heads * n_layers),
+        ("Output", "d_embed * d_head * n_heads * n_layers", d_embed * d_head * n_heads * n_layers),
+        ("Up-projection", "n_neurons * d_embed * n_layers", n_neurons * d_embed * n_layers),
+        ("Down-projection", "d_embed * n_neurons * n_layers", d_embed * n_neurons * n_layers),
+        ("Unembedding", "n_vocab * d_embed", n_vocab * d_embed),
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# Loading real weights
+# --------------------------------------------------------------------------------------
+
+_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def _fill(model: nn.Module, tensors: dict[str, torch.Tensor], source: str) -> None:
+    """Copy ``tensors`` into the model's parameters, demanding an exact one-to-one match."""
+    own = dict(model.named_parameters())
+    missing = sorted(set(own) - set(tensors))
+    unexpected = sorted(set(tensors) - set(own))
+    if missing or unexpected:
+        raise ValueError(
+            f"the {source} weights do not match this model's configuration: "
+            f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}, "
+            f"unexpected {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}"
+        )
+    with torch.no_grad():
+        for name, value in tensors.items():
+            if own[name].shape != value.shape:
+                raise ValueError(f"{name}: the {source} tensor has shape {tuple(value.shape)}, the model {tuple(own[name].shape)}")
+            own[name].copy_(value)
+
+
+def load_gpt2_state_dict(model: GPT, state_dict: Mapping[str, torch.Tensor]) -> GPT:
+    """Fill a GPT-2-configured model from a Hugging Face GPT-2 state dict.
+
+    Accepts keys with or without the ``transformer.`` prefix (``GPT2LMHeadModel`` or the hub's
+    ``model.safetensors``). Conv1D weights are transposed; attention-mask buffers are skipped;
+    the LM head is tied to the embedding, so a stored ``lm_head.weight`` must equal it.
+    """
+    tensors = {}
+    for key, value in state_dict.items():
+        name = key.removeprefix("transformer.")
+        if name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue  # causal-mask buffers of older checkpoints, not weights
+        if name == "lm_head.weight":
+            if not model.config.tie_weights:
+                tensors[name] = value
+            elif not torch.equal(value, state_dict.get("transformer.wte.weight", state_dict.get("wte.weight", value))):
+                raise ValueError("lm_head.weight differs from wte.weight, but this model ties them")
+            continue
+        tensors[f"transformer.{name}"] = value.t() if name.endswith(_CONV1D) else value
+    _fill(model, tensors, "GPT-2")
+    return model
+
+
+def load_llama_state_dict(model: GPT, state_dict: Mapping[str, torch.Tensor]) -> GPT:
+    """Fill a ``GPTConfig.llama_like`` model from a Hugging Face ``LlamaForCausalLM`` state dict.
+
+    Queries, keys and values are concatenated into ``c_attn`` (course_lib's RoPE uses LLaMA's
+    halves pairing, so no permutation is needed); multi-query / grouped-query checkpoints are
+    not supported.
+    """
+    renames = {
+        "input_layernorm.weight": "ln_1.weight",
+        "post_attention_layernorm.weight": "ln_2.weight",
+        "self_attn.o_proj.weight": "attn.c_proj.weight",
+        "mlp.gate_proj.weight": "mlp.gate_proj.weight",
+        "mlp.up_proj.weight": "mlp.up_proj.weight",
+        "mlp.down_proj.weight": "mlp.down_proj.weight",
+    }
+    tensors = {
+        "transformer.wte.weight": state_dict["model.embed_tokens.weight"],
+        "transformer.ln_f.weight": state_dict["model.norm.weight"],
+    }
+    if not model.config.tie_weights:
+        tensors["lm_head.weight"] = state_dict.get("lm_head.weight", state_dict["model.embed_tokens.weight"])
+    for i in range(model.config.n_layers):
+        prefix = f"model.layers.{i}."
+        q, k, v = (state_dict[f"{prefix}self_attn.{p}_proj.weight"] for p in "qkv")
+        if k.shape != q.shape:
+            raise ValueError("grouped-query attention (fewer key/value heads) is not supported")
+        tensors[f"transformer.h.{i}.attn.c_attn.weight"] = torch.cat([q, k, v])
+        for theirs, ours in renames.items():
+            tensors[f"transformer.h.{i}.{ours}"] = state_dict[prefix + theirs]
+    _fill(model, tensors, "LLaMA")
+    return model
+
+
+def gpt2_from_pretrained(name: str = "gpt2", path: str | Path | None = None, cache_dir: str | Path | None = None) -> GPT:
+    """GPT-2 with OpenAI's weights, from a local file or downloaded from the Hugging Face hub.
+
+    ``path`` may be a ``.safetensors`` file or a PyTorch ``.bin`` state dict (loaded with
+    ``weights_only=True``). Without it the hub's ``model.safetensors`` is downloaded into the
+    cache folder once; offline, a clear error says how to provide the file instead.
+    """
+    from safetensors.torch import load_file
+
+    from .data import default_cache_dir, download
+
+    config = GPTConfig.gpt2(name)
+    if path is None:
+        folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        url = f"https://huggingface.co/{'openai-community/' + name}/resolve/main/model.safetensors"
+        path = download(url, folder / f"{name}.safetensors", sha256=None)
+    path = Path(path)
+    state_dict = load_file(str(path)) if path.suffix == ".safetensors" else torch.load(path, map_location="cpu", weights_only=True)
+    return load_gpt2_state_dict(GPT(config), state_dict)

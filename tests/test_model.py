@@ -1,0 +1,191 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_lib.model import (
+    GPT,
+    GPTConfig,
+    count_parameters,
+    gpt2_from_pretrained,
+    gpt3_weight_table,
+    load_gpt2_state_dict,
+    load_llama_state_dict,
+    parameter_formula,
+    tie_weights,
+)
+
+transformers = pytest.importorskip("transformers")  # test-only dependency (requirements-test.txt)
+
+TINY = dict(vocab_size=101, context_length=32, n_layers=2, n_heads=4, d_model=32)
+
+
+def tiny_hf_gpt2():
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=101, n_positions=32, n_embd=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_matches_huggingface_gpt2(fast):
+    hf = tiny_hf_gpt2()
+    ours = load_gpt2_state_dict(GPT(GPTConfig.gpt2(**TINY, fast=fast)), hf.state_dict()).eval()
+    idx = torch.randint(0, 101, (3, 32), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.allclose(ours(idx), hf(idx).logits, atol=1e-5)
+
+
+def test_gpt2_names_and_shapes_map_one_to_one():
+    hf = tiny_hf_gpt2().state_dict()
+    ours = dict(GPT(GPTConfig.gpt2(**TINY)).state_dict())
+    for name, value in ours.items():
+        theirs = hf[name]
+        assert value.shape == (theirs.t().shape if name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")) else theirs.shape), name
+
+
+def test_loading_from_a_safetensors_file_without_the_prefix(tmp_path):
+    from safetensors.torch import save_file
+
+    hf = tiny_hf_gpt2()
+    stripped = {k.removeprefix("transformer."): v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"}
+    save_file(stripped, str(tmp_path / "tiny.safetensors"))
+    from safetensors.torch import load_file
+
+    ours = load_gpt2_state_dict(GPT(GPTConfig.gpt2(**TINY)), load_file(str(tmp_path / "tiny.safetensors"))).eval()
+    idx = torch.randint(0, 101, (2, 10), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.allclose(ours(idx), hf(idx).logits, atol=1e-5)
+
+
+def test_loading_a_mismatched_state_dict_says_what_is_wrong():
+    hf = tiny_hf_gpt2().state_dict()
+    with pytest.raises(ValueError, match="missing .*transformer.h.2"):
+        load_gpt2_state_dict(GPT(GPTConfig.gpt2(**{**TINY, "n_layers": 3})), hf)
+    with pytest.raises(ValueError, match="shape"):
+        load_gpt2_state_dict(GPT(GPTConfig.gpt2(**{**TINY, "vocab_size": 102})), hf)
+
+
+def test_pretrained_download_offline_is_a_clear_error(tmp_path, monkeypatch):
+    from course_lib import data
+
+    def offline(url, path, sha256, timeout=30.0):
+        raise data.DatasetUnavailableError(f"could not download {url} (offline). Are you offline?")
+
+    monkeypatch.setattr(data, "download", offline)
+    with pytest.raises(data.DatasetUnavailableError, match="Are you offline"):
+        gpt2_from_pretrained("gpt2", cache_dir=tmp_path)
+
+
+def test_matches_huggingface_llama():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=101, hidden_size=32, intermediate_size=88, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, max_position_embeddings=64, bos_token_id=0, eos_token_id=0, pad_token_id=0,
+    )
+    hf = transformers.LlamaForCausalLM(config).eval()
+    ours_config = GPTConfig.llama_like(vocab_size=101, context_length=64, n_layers=2, n_heads=4, d_model=32, ffn_hidden=88,
+                                       norm_eps=config.rms_norm_eps)
+    ours = load_llama_state_dict(GPT(ours_config), hf.state_dict()).eval()
+    idx = torch.randint(0, 101, (2, 40), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert torch.allclose(ours(idx), hf(idx).logits, atol=1e-5)
+
+
+# -- behaviour ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("positional", ["none", "learned", "sinusoidal", "rope", "alibi"])
+@pytest.mark.parametrize("pre_norm", [True, False])
+def test_every_variant_is_causal(positional, pre_norm):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**TINY, positional=positional, pre_norm=pre_norm)).eval()
+    a = torch.randint(0, 101, (1, 20), generator=torch.Generator().manual_seed(4))
+    b = a.clone()
+    b[0, 12:] = (b[0, 12:] + 1) % 101
+    with torch.no_grad():
+        assert torch.allclose(model(a)[0, :12], model(b)[0, :12], atol=1e-5)
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "rope", "alibi"])
+def test_fast_and_teaching_paths_agree(positional):
+    torch.manual_seed(0)
+    fast = GPT(GPTConfig(**TINY, positional=positional, fast=True)).eval()
+    slow = GPT(GPTConfig(**TINY, positional=positional, fast=False)).eval()
+    slow.load_state_dict(fast.state_dict())
+    idx = torch.randint(0, 101, (2, 24), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert torch.allclose(fast(idx), slow(idx), atol=1e-5)
+
+
+def test_untrained_loss_is_near_log_vocab():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=500, context_length=64, n_layers=2, n_heads=4, d_model=64)).eval()
+    idx = torch.randint(0, 500, (4, 64), generator=torch.Generator().manual_seed(6))
+    loss = F.cross_entropy(model(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
+    assert abs(loss.item() - math.log(500)) < 0.1
+
+
+def test_weight_tying_shares_one_tensor():
+    model = GPT(GPTConfig(**TINY))
+    assert model.lm_head.weight is model.transformer.wte.weight
+    untied = GPT(GPTConfig(**TINY, tie_weights=False))
+    assert untied.lm_head.weight is not untied.transformer.wte.weight
+
+
+def test_extrapolation_beyond_context():
+    torch.manual_seed(0)
+    long = torch.randint(0, 101, (1, 48), generator=torch.Generator().manual_seed(7))
+    for positional in ("none", "sinusoidal", "rope", "alibi"):
+        assert GPT(GPTConfig(**TINY, positional=positional))(long).shape == (1, 48, 101)
+    with pytest.raises(ValueError, match="learned position embeddings stop at 31"):
+        GPT(GPTConfig(**TINY, positional="learned"))(long)
+
+
+# -- counting --------------------------------------------------------------------------------------
+
+
+def test_gpt2_small_has_124m_parameters():
+    model = GPT(GPTConfig.gpt2())
+    counts = count_parameters(model)
+    assert counts["total"] == model.num_parameters() == 124_439_808
+    assert counts == parameter_formula(GPTConfig.gpt2())
+    assert counts["token embedding"] == 50257 * 768 and counts["LM head"] == 0
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"tie_weights": False}, {"bias": False}, {"norm": "rmsnorm"}, {"ffn": "swiglu"}, {"positional": "rope"}, {"pre_norm": False}],
+)
+def test_formula_matches_model_for_every_variant(overrides):
+    config = GPTConfig(**TINY, **overrides)
+    assert count_parameters(GPT(config)) == parameter_formula(config)
+
+
+def test_gpt3_table_total():
+    table = gpt3_weight_table()
+    assert sum(count for _, _, count in table) == 175_181_291_520
+    assert dict((n, c) for n, _, c in table)["Up-projection"] == 57_982_058_496
+
+
+# -- bad configurations -------------------------------------------------------------------------------
+
+
+def test_bad_configs_raise_clear_errors():
+    with pytest.raises(ValueError, match="head dimension must be even.*= 5"):
+        GPTConfig(vocab_size=10, d_model=20, n_heads=4, positional="rope")
+    with pytest.raises(ValueError, match="unknown positional 'absolute'; choose one of none, learned"):
+        GPTConfig(positional="absolute")
+    with pytest.raises(ValueError, match="unknown norm"):
+        GPTConfig(norm="batchnorm")
+    with pytest.raises(ValueError, match="d_model=30 is not divisible by n_heads=4"):
+        GPTConfig(d_model=30, n_heads=4)
+    with pytest.raises(ValueError, match="unknown GPT-2 size"):
+        GPTConfig.gpt2("gpt2-huge")
+    model = GPT(GPTConfig(**TINY, tie_weights=False))
+    model.lm_head = torch.nn.Linear(16, 101, bias=False)
+    with pytest.raises(ValueError, match=r"cannot tie the LM head \(101, 16\) to the token embedding \(101, 32\)"):
+        tie_weights(model)
