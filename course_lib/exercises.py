@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from .attention import causal_mask, scaled_dot_product_attention, softmax
 from .data import SlidingWindowDataset
+from .positional import rope_interleaved, sinusoidal_encoding
 from .tokenization import get_pair_counts, merge_pair
 
 
@@ -281,6 +282,19 @@ def _merge_heads_cases() -> list[Case]:
     ]
 
 
+def _sinusoidal_cases() -> list[Case]:
+    return [Case((4, 6), "T=4, d=6"), Case((50, 16), "T=50, d=16"), Case((1, 2), "one position, d=2")]
+
+
+def _rope_cases() -> list[Case]:
+    g = _seeded(7)
+    return [
+        Case((torch.tensor([[1.0, 0.0], [1.0, 0.0]]), torch.tensor([0, 1])), "d=2: a unit vector at positions 0 and 1"),
+        Case((torch.randn(5, 8, generator=g), torch.arange(5)), "d=8, positions 0..4"),
+        Case((torch.randn(2, 3, 4, generator=g), torch.tensor([7, 8, 9])), "a batch, positions 7..9"),
+    ]
+
+
 EXERCISES: dict[str, Exercise] = {
     e.name: e
     for e in [
@@ -359,6 +373,20 @@ EXERCISES: dict[str, Exercise] = {
             cases=_split_heads_cases,
             hint="view (B, T, C) as (B, T, n_heads, C // n_heads), then swap dimensions 1 and 2 "
             "so each head's (T, D) matrix is contiguous in the last two dimensions",
+        ),
+        Exercise(
+            name="sinusoidal-encoding",
+            reference=sinusoidal_encoding,
+            cases=_sinusoidal_cases,
+            hint="angle = pos / 10000 ** (2i / d) for i = 0..d/2-1; even columns get sin(angle), "
+            "odd columns cos(angle) (fill them with pe[:, 0::2] and pe[:, 1::2])",
+        ),
+        Exercise(
+            name="rope",
+            reference=rope_interleaved,
+            cases=_rope_cases,
+            hint="pair dimensions (2i, 2i+1) and rotate each pair by angle = position * 10000 ** (-2i / d): "
+            "x'_2i = x_2i cos - x_2i+1 sin, x'_2i+1 = x_2i sin + x_2i+1 cos",
         ),
         Exercise(
             name="merge-heads",

@@ -1,5 +1,7 @@
 """Every checker accepts the reference solution and rejects the usual mistakes."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -84,6 +86,24 @@ def merge_heads(x):
     return x.permute(0, 2, 1, 3).contiguous().view(B, T, H * D)
 
 
+def sinusoidal(T, d):
+    pe = torch.zeros(T, d)
+    for pos in range(T):
+        for i in range(0, d, 2):
+            pe[pos, i] = math.sin(pos / 10000 ** (i / d))
+            pe[pos, i + 1] = math.cos(pos / 10000 ** (i / d))
+    return pe
+
+
+def rope(x, positions):
+    d = x.shape[-1]
+    theta = 10000 ** (-torch.arange(0, d, 2).float() / d)
+    angle = positions[:, None].float() * theta  # (T, d/2)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    out = torch.stack([x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()], dim=-1)
+    return out.flatten(-2)
+
+
 SOLUTIONS = {
     "bigram-counts": bigram_counts,
     "logsumexp": logsumexp,
@@ -97,6 +117,8 @@ SOLUTIONS = {
     "causal-softmax": causal_softmax,
     "split-heads": split_heads,
     "merge-heads": merge_heads,
+    "sinusoidal-encoding": sinusoidal,
+    "rope": rope,
 }
 
 
@@ -157,6 +179,17 @@ MISTAKES = {
         lambda x, h: x.view(x.shape[0], h, x.shape[1], -1),  # view without transpose
         lambda x, h: x.view(x.shape[0], x.shape[1], h, -1),  # forgot the transpose
         lambda x, h: x.view(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),  # heads interleaved
+    ],
+    "sinusoidal-encoding": [
+        lambda T, d: sinusoidal(T, d)[:, torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])],  # halves, not interleaved
+        lambda T, d: torch.stack([sinusoidal(T, d)[:, 1::2], sinusoidal(T, d)[:, 0::2]], -1).flatten(1),  # cos first
+        lambda T, d: sinusoidal(T + 1, d)[1:],  # positions start at 1
+    ],
+    "rope": [
+        lambda x, p: rope(x, p + 1),  # off by one position
+        lambda x, p: rope(x, -p),  # rotates the wrong way (the sign slip)
+        lambda x, p: torch.stack([x[..., 0::2] * (p[:, None] * 10000 ** (-torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])).cos(),
+                                  x[..., 1::2] * (p[:, None] * 10000 ** (-torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])).cos()], -1).flatten(-2),  # scales, no rotation
     ],
     "merge-heads": [
         lambda x: x.reshape(x.shape[0], x.shape[2], -1),  # no transpose
