@@ -168,7 +168,9 @@ class GPT(nn.Module):
         if self.config.positional == "learned":
             x = x + self.transformer.wpe(T)  # (T, C) broadcast over the batch
         elif self.config.positional == "sinusoidal":
-            x = x + sinusoidal_encoding(T, self.config.d_model).to(x.device, x.dtype)
+            # As in the original transformer, scale the embeddings by sqrt(d) so the fixed
+            # encoding (entries of size ~1) does not drown them.
+            x = x * math.sqrt(self.config.d_model) + sinusoidal_encoding(T, self.config.d_model).to(x.device, x.dtype)
         return self.transformer.drop(x)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:

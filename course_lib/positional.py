@@ -34,9 +34,9 @@ class LearnedPositionalEmbedding(nn.Module):
     def forward(self, T: int, offset: int = 0) -> torch.Tensor:
         if offset + T > self.context_length:
             raise ValueError(
-                f"positions {offset}..{offset + T - 1} do not exist: learned position embeddings stop at "
-                f"{self.context_length - 1}; use at most {self.context_length} tokens, or a positional "
-                "scheme that extrapolates (sinusoidal, rope, alibi)"
+                f"asked for positions {offset}..{offset + T - 1}, but learned position embeddings stop at "
+                f"{self.context_length - 1}: positions never trained have no vector. Use at most "
+                f"{self.context_length} tokens, or a positional scheme that extrapolates (sinusoidal, rope, alibi)"
             )
         return self.weight[offset : offset + T]  # (T, C)
 

@@ -62,7 +62,7 @@ def test_sinusoidal_offset_and_odd_dimension():
 def test_learned_positions_and_their_limit():
     emb = LearnedPositionalEmbedding(8, 4)
     assert torch.equal(emb(3, offset=2), emb.weight[2:5])
-    with pytest.raises(ValueError, match="positions 6..8 do not exist"):
+    with pytest.raises(ValueError, match="asked for positions 6..8, but learned position embeddings stop at 7"):
         emb(3, offset=6)
 
 
