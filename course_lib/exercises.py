@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from .attention import causal_mask, scaled_dot_product_attention, softmax
 from .data import SlidingWindowDataset
+from .model import GPTConfig, parameter_formula
 from .positional import rope_interleaved, sinusoidal_encoding
 from .tokenization import get_pair_counts, merge_pair
 
@@ -170,6 +171,15 @@ def _merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, C)
 
 
+def _layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+
+def _gpt2_parameters(vocab_size: int, context_length: int, d_model: int, n_layers: int) -> int:
+    config = GPTConfig(vocab_size=vocab_size, context_length=context_length, d_model=d_model, n_layers=n_layers, n_heads=1)
+    return parameter_formula(config)["total"]
+
+
 def _seeded(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
@@ -295,6 +305,23 @@ def _rope_cases() -> list[Case]:
     ]
 
 
+def _layer_norm_cases() -> list[Case]:
+    g = _seeded(8)
+    return [
+        Case((torch.tensor([[1.0, 2.0, 3.0, 4.0]]), torch.ones(4), torch.zeros(4), 1e-5), "one vector, gamma 1, beta 0"),
+        Case((torch.randn(2, 3, 6, generator=g) * 4 + 2, torch.randn(6, generator=g), torch.randn(6, generator=g), 1e-5), "(B, T, C) with gamma and beta"),
+        Case((torch.tensor([[1.0, 1.01, 0.99, 1.0]]), torch.ones(4), torch.zeros(4), 1e-2), "tiny variance: eps matters"),
+    ]
+
+
+def _gpt2_parameter_cases() -> list[Case]:
+    return [
+        Case((50257, 1024, 768, 12), "GPT-2 small"),
+        Case((50257, 1024, 1024, 24), "GPT-2 medium"),
+        Case((100, 16, 8, 1), "a toy model"),
+    ]
+
+
 EXERCISES: dict[str, Exercise] = {
     e.name: e
     for e in [
@@ -387,6 +414,21 @@ EXERCISES: dict[str, Exercise] = {
             cases=_rope_cases,
             hint="pair dimensions (2i, 2i+1) and rotate each pair by angle = position * 10000 ** (-2i / d): "
             "x'_2i = x_2i cos - x_2i+1 sin, x'_2i+1 = x_2i sin + x_2i+1 cos",
+        ),
+        Exercise(
+            name="layer-norm",
+            reference=_layer_norm,
+            cases=_layer_norm_cases,
+            hint="normalise over the last dimension: (x - mean) / sqrt(var + eps) with the biased "
+            "variance (unbiased=False), then multiply by weight and add bias; eps goes inside the sqrt",
+        ),
+        Exercise(
+            name="gpt2-parameters",
+            reference=_gpt2_parameters,
+            cases=_gpt2_parameter_cases,
+            hint="token embedding V*C + position embedding T*C + per layer (12*C*C + 13*C: QKV, output, "
+            "two FFN matrices with 4*C hidden, their biases, two LayerNorms) + final LayerNorm 2*C; "
+            "the LM head is tied to the token embedding, so it adds nothing",
         ),
         Exercise(
             name="merge-heads",

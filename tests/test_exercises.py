@@ -104,6 +104,16 @@ def rope(x, positions):
     return out.flatten(-2)
 
 
+def layer_norm(x, weight, bias, eps):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + eps) * weight + bias
+
+
+def gpt2_parameters(V, T, C, L):
+    return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+
+
 SOLUTIONS = {
     "bigram-counts": bigram_counts,
     "logsumexp": logsumexp,
@@ -119,6 +129,8 @@ SOLUTIONS = {
     "merge-heads": merge_heads,
     "sinusoidal-encoding": sinusoidal,
     "rope": rope,
+    "layer-norm": layer_norm,
+    "gpt2-parameters": gpt2_parameters,
 }
 
 
@@ -190,6 +202,16 @@ MISTAKES = {
         lambda x, p: rope(x, -p),  # rotates the wrong way (the sign slip)
         lambda x, p: torch.stack([x[..., 0::2] * (p[:, None] * 10000 ** (-torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])).cos(),
                                   x[..., 1::2] * (p[:, None] * 10000 ** (-torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])).cos()], -1).flatten(-2),  # scales, no rotation
+    ],
+    "layer-norm": [
+        lambda x, w, b, eps: (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + eps) * w + b,  # unbiased variance
+        lambda x, w, b, eps: (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True, unbiased=False) + eps) * w + b,  # eps outside the sqrt
+        lambda x, w, b, eps: (x - x.mean(0, keepdim=True)) / torch.sqrt(x.var(0, keepdim=True, unbiased=False) + eps) * w + b,  # over the batch
+    ],
+    "gpt2-parameters": [
+        lambda V, T, C, L: gpt2_parameters(V, T, C, L) + V * C,  # counts the tied head twice
+        lambda V, T, C, L: gpt2_parameters(V, T, C, L) - T * C,  # forgets positions
+        lambda V, T, C, L: V * C + T * C + L * 12 * C * C,  # forgets biases and norms
     ],
     "merge-heads": [
         lambda x: x.reshape(x.shape[0], x.shape[2], -1),  # no transpose
