@@ -2,6 +2,7 @@
 
     python3 course.py lab       # install into .venv (first time only), open JupyterLab
     python3 course.py test      # install, then run every unit test and every notebook
+    python3 course.py slides    # build an offline reveal.js deck per notebook into slides/
 
 ``test`` runs the notebooks with the short CI training budget; ``test --full`` uses the
 full one. Extra arguments after ``--`` go to pytest (``python3 course.py test -- -k bpe``).
@@ -44,12 +45,14 @@ def ensure_environment() -> Path:
 
 def main(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("", [])
-    if command not in ("lab", "test"):
+    if command not in ("lab", "test", "slides"):
         print(__doc__)
         return 2
     python = ensure_environment()
     env = dict(os.environ)
-    if command == "lab":
+    if command == "slides":
+        args = [str(python), str(ROOT / "scripts" / "build_slides.py"), *rest]
+    elif command == "lab":
         args = [str(python), "-m", "jupyterlab", str(ROOT / "notebooks"), *rest]
         if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root
             args.append("--allow-root")

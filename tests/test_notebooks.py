@@ -82,5 +82,6 @@ def test_at_least_two_self_checked_exercises(nb):
 
 def test_no_volatile_metadata(nb):
     assert set(nb.metadata) <= {"kernelspec", "language_info", "rise"}
+    assert nb.metadata.get("rise", {}).get("theme") == "white", "RISE theme 'white' uses local fonts only"
     for cell in nb.cells:
         assert set(cell.metadata) <= {"slideshow", "tags"}
