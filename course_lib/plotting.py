@@ -228,3 +228,87 @@ def draw_bottleneck_vs_attention(words: Sequence[str] = ("le", "chat", "est", "n
         ax.axis("off")
     fig.tight_layout()
     return fig
+
+
+def draw_causal_mask(tokens: Sequence[str], ax: Axes | None = None) -> Axes:
+    """Which token may look at which: allowed on and below the diagonal, -inf above it."""
+    T = len(tokens)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.8 * T + 1.8, 0.8 * T + 1.2))
+    for i in range(T):
+        for j in range(T):
+            allowed = j <= i
+            ax.add_patch(plt.Rectangle((j, T - 1 - i), 0.95, 0.95, color=PALETTE[2] if allowed else "#e5e7eb"))
+            ax.text(j + 0.47, T - 1 - i + 0.47, "✓" if allowed else "−∞", ha="center", va="center",
+                    fontsize=11, color="#14532d" if allowed else "#6b7280")
+    ax.set_xticks([j + 0.47 for j in range(T)], tokens)
+    ax.set_yticks([T - 1 - i + 0.47 for i in range(T)], tokens)
+    ax.xaxis.tick_top()
+    ax.set_xlabel("keys: the tokens looked at")
+    ax.set_ylabel("queries: the token looking")
+    ax.set_xlim(0, T)
+    ax.set_ylim(0, T)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_title("causal mask: scores above the diagonal become −∞ before softmax", pad=30)
+    return ax
+
+
+def draw_transformer_block(ax: Axes | None = None) -> Axes:
+    """A pre-norm GPT block: LayerNorm → attention → add, LayerNorm → feed-forward → add."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.2, 7.4))
+    boxes = [  # (y, label, colour)
+        (0.5, "x  (B, T, C)", "#f1f5f9"),
+        (2.0, "LayerNorm (ln_1)", "#fde68a"),
+        (3.2, "causal multi-head attention", "#ddd6fe"),
+        (5.0, "LayerNorm (ln_2)", "#fde68a"),
+        (6.2, "feed-forward: C → 4C → C", "#bbf7d0"),
+        (8.0, "x  (B, T, C)", "#f1f5f9"),
+    ]
+    for y, label, colour in boxes:
+        ax.add_patch(FancyBboxPatch((0.6, y - 0.35), 3.8, 0.7, boxstyle="round,pad=0.05", fc=colour, ec="#334155"))
+        ax.text(2.5, y, label, ha="center", va="center", fontsize=10)
+    for y0, y1 in [(0.85, 1.65), (2.35, 2.85), (3.55, 4.15), (4.25, 4.65), (5.35, 5.85), (6.55, 7.15), (7.25, 7.65)]:
+        ax.annotate("", xy=(2.5, y1), xytext=(2.5, y0), arrowprops=dict(arrowstyle="-|>", color="#334155"))
+    for y_add, y_from in [(4.2, 1.2), (7.2, 4.5)]:  # the residual connections
+        ax.add_patch(plt.Circle((2.5, y_add), 0.2, fc="white", ec="#334155"))
+        ax.text(2.5, y_add, "+", ha="center", va="center", fontsize=13)
+        ax.annotate("", xy=(2.7, y_add), xytext=(4.9, y_add), arrowprops=dict(arrowstyle="-|>", color="#dc2626"))
+        ax.plot([2.5, 4.9, 4.9], [y_from, y_from, y_add], color="#dc2626")
+    ax.text(5.05, 2.7, "residual", color="#dc2626", rotation=90, va="center", fontsize=9)
+    ax.text(5.05, 5.9, "residual", color="#dc2626", rotation=90, va="center", fontsize=9)
+    ax.set_xlim(0, 5.6)
+    ax.set_ylim(0, 8.6)
+    ax.axis("off")
+    ax.set_title("a pre-norm transformer block (GPT-2)")
+    return ax
+
+
+def draw_rope_rotation(m: int = 3, n: int = 1, theta: float = 0.45, ax: Axes | None = None) -> Axes:
+    """One pair of dimensions: q rotated by mθ, k by nθ; the angle between them is (m − n)θ."""
+    import math
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.2, 5.2))
+    q0, k0 = (1.0, 0.25), (0.8, -0.35)
+
+    def rotate(v, angle):
+        c, s = math.cos(angle), math.sin(angle)
+        return (c * v[0] - s * v[1], s * v[0] + c * v[1])
+
+    for vec, label, colour, style, dy in [
+        (q0, "q", "#7c3aed", ":", 0.06), (k0, "k", "#ea580c", ":", -0.08),
+        (rotate(q0, m * theta), f"q at position m={m}", "#7c3aed", "-", 0.06),
+        (rotate(k0, n * theta), f"k at position n={n}", "#ea580c", "-", -0.12),
+    ]:
+        ax.annotate("", xy=vec, xytext=(0, 0), arrowprops=dict(arrowstyle="-|>", lw=2, color=colour, linestyle=style))
+        ax.text(vec[0] * 1.12, vec[1] * 1.12 + dy, label, color=colour, fontsize=10, ha="center")
+    ax.add_patch(plt.Circle((0, 0), 1.03, fill=False, ls="--", color="#cbd5e1"))
+    ax.set_xlim(-1.3, 1.3)
+    ax.set_ylim(-1.3, 1.3)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(f"RoPE on one pair: q turns by mθ, k by nθ;\nq·k depends on the angle between them, (m − n)θ")
+    return ax

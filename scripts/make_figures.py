@@ -45,11 +45,18 @@ def bottleneck_vs_attention() -> None:
     plotting.draw_bottleneck_vs_attention()
 
 
+def causal_mask() -> None:
+    plotting.draw_causal_mask(["the", "cat", "sat", "on", "a", "mat"])
+
+
 FIGURES: dict[str, Callable[[], None]] = {
     "next_token_prediction.png": next_token_prediction,
     "sliding_windows.png": sliding_windows,
     "bpe_merges.png": bpe_merges,
     "bottleneck_vs_attention.png": bottleneck_vs_attention,
+    "causal_mask.png": causal_mask,
+    "transformer_block.png": plotting.draw_transformer_block,
+    "rope_rotation.png": plotting.draw_rope_rotation,
 }
 
 
