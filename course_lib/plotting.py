@@ -43,7 +43,7 @@ def tokens_html(pieces: Sequence[str]) -> str:
         color = PALETTE[k % len(PALETTE)]
         spans.append(
             f'<span style="background:{color};color:#111;padding:1px 2px;margin:1px;'
-            f'border-radius:3px;font-family:monospace;white-space:pre">{shown}</span>'
+            f'border-radius:3px;font-family:monospace;white-space:pre;display:inline-block">{shown}</span>'
         )
     return '<div style="line-height:1.9">' + "".join(spans) + "</div>"
 

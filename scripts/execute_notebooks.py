@@ -7,8 +7,9 @@ This is the only way stored outputs are produced, so that they are reproducible:
 
 Each notebook runs in its own kernel with the working directory set to ``notebooks/``,
 ``COURSE_THREADS`` fixed (2 by default), ``PYTHONHASHSEED=0`` and progress bars off. Afterwards volatile
-metadata (timings, kernel versions, widget state) is removed so a re-run that computes
-the same outputs leaves the file byte-for-byte unchanged.
+metadata (timings, kernel versions) is removed so a re-run that computes
+the same outputs leaves the file byte-for-byte unchanged. Widget state is kept: the
+explorers' saved views are what the static slide decks show.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Keep only what the course needs: slide and tag metadata, outputs, counts."""
     nb.metadata = nbformat.from_dict(
         {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
-        | {k: nb.metadata[k] for k in ("rise",) if k in nb.metadata}
+        | {k: nb.metadata[k] for k in ("rise", "widgets") if k in nb.metadata}
     )
     for cell in nb.cells:
         cell.metadata = nbformat.from_dict({k: cell.metadata[k] for k in KEPT_CELL_METADATA if k in cell.metadata})
@@ -47,7 +48,11 @@ def execute(path: Path, budget: str, threads: int, timeout: int) -> float:
     os.environ.update(env)  # the kernel inherits this process's environment
     try:
         start = time.perf_counter()
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+        client = NotebookClient(
+            nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}},
+            store_widget_state=True,  # the static slide decks render the saved widget views
+        )
+        client.execute()
         elapsed = time.perf_counter() - start
     finally:
         for k, v in saved.items():

@@ -81,7 +81,17 @@ def test_at_least_two_self_checked_exercises(nb):
 
 
 def test_no_volatile_metadata(nb):
-    assert set(nb.metadata) <= {"kernelspec", "language_info", "rise"}
+    assert set(nb.metadata) <= {"kernelspec", "language_info", "rise", "widgets"}
     assert nb.metadata.get("rise", {}).get("theme") == "white", "RISE theme 'white' uses local fonts only"
     for cell in nb.cells:
         assert set(cell.metadata) <= {"slideshow", "tags"}
+
+
+def test_widget_views_have_saved_state(nb):
+    """An explorer's output is only a placeholder without its state; the decks need both."""
+    views = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+             if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    if views:
+        state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+        for view in views:
+            assert view["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] in state

@@ -87,6 +87,12 @@ def test_deck_in_a_real_browser(notebook, decks, browser):
     broken = page.evaluate("[...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).length")
     assert broken == 0 and page.evaluate("document.images.length") > 0
 
+    # Saved widget views (the explorers) are rendered from the stored widget state.
+    n_views = sum("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+                  for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    if n_views:
+        page.wait_for_function(f"document.querySelectorAll('.jupyter-widgets.widget-vbox').length >= {n_views}", timeout=30_000)
+
     # Go to the first slide with a code cell and step through its fragments: the cell must show.
     h, v = page.evaluate(
         """() => { const s = Reveal.getSlides().find(s => s.querySelector('.jp-CodeCell'));
