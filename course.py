@@ -26,18 +26,22 @@ def venv_python() -> Path:
     return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def ensure_environment() -> Path:
-    """Create .venv and install the requirements, again only when they change."""
+def ensure_environment(requirements: str) -> Path:
+    """Create .venv and install ``requirements`` (and course_lib), again only when they change.
+
+    ``lab`` and ``slides`` need requirements.txt; ``test`` adds requirements-test.txt
+    (pytest, nbval, and the reference implementations the tests compare against).
+    """
     python = venv_python()
     if not python.exists():
         print(f"creating a virtual environment in {VENV} ...", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    stamp = VENV / ".course-requirements"
+    stamp = VENV / f".course-{requirements}"
     digest = hashlib.sha256(b"".join((ROOT / f).read_bytes() for f in REQUIREMENTS)).hexdigest()
     if not stamp.exists() or stamp.read_text() != digest:
-        print("installing the course's packages (first time: a few minutes) ...", flush=True)
+        print(f"installing {requirements} (first time: a few minutes) ...", flush=True)
         pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-        subprocess.run([*pip, "-r", str(ROOT / "requirements-test.txt")], check=True)
+        subprocess.run([*pip, "-r", str(ROOT / requirements)], check=True)
         subprocess.run([*pip, "--no-deps", "-e", str(ROOT)], check=True)
         stamp.write_text(digest)
     return python
@@ -48,7 +52,7 @@ def main(argv: list[str]) -> int:
     if command not in ("lab", "test", "slides"):
         print(__doc__)
         return 2
-    python = ensure_environment()
+    python = ensure_environment("requirements-test.txt" if command == "test" else "requirements.txt")
     env = dict(os.environ)
     if command == "slides":
         args = [str(python), str(ROOT / "scripts" / "build_slides.py"), *rest]
