@@ -163,7 +163,7 @@ class GPT(nn.Module):
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
         """Token embeddings plus, for learned or sinusoidal schemes, position information."""
-        B, T = idx.shape
+        T = idx.shape[1]
         x = self.transformer.wte(idx)  # (B, T, C)
         if self.config.positional == "learned":
             x = x + self.transformer.wpe(T)  # (T, C) broadcast over the batch

@@ -7,6 +7,7 @@ HTML, and never writes a file: ``scripts/make_figures.py`` saves the static diag
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
@@ -288,8 +289,6 @@ def draw_transformer_block(ax: Axes | None = None) -> Axes:
 
 def draw_rope_rotation(m: int = 3, n: int = 1, theta: float = 0.45, ax: Axes | None = None) -> Axes:
     """One pair of dimensions: q rotated by mθ, k by nθ; the angle between them is (m − n)θ."""
-    import math
-
     if ax is None:
         _, ax = plt.subplots(figsize=(5.2, 5.2))
     q0, k0 = (1.0, 0.25), (0.8, -0.35)
@@ -310,5 +309,5 @@ def draw_rope_rotation(m: int = 3, n: int = 1, theta: float = 0.45, ax: Axes | N
     ax.set_ylim(-1.3, 1.3)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title(f"RoPE on one pair: q turns by mθ, k by nθ;\nq·k depends on the angle between them, (m − n)θ")
+    ax.set_title("RoPE on one pair: q turns by mθ, k by nθ;\nq·k depends on the angle between them, (m − n)θ")
     return ax
