@@ -81,7 +81,8 @@ def test_deck_in_a_real_browser(notebook, decks, browser):
     # Math typeset by the vendored MathJax, where the notebook has any.
     mathjax_idle()
     if any(cell.cell_type == "markdown" and "$" in cell.source for cell in nb.cells):
-        assert page.evaluate("document.querySelectorAll('.MathJax_CHTML').length") > 0
+        # start-up typesetting can still be queued behind the marker above: poll for its result
+        page.wait_for_function("document.querySelectorAll('.MathJax_CHTML').length > 0", timeout=60_000)
 
     # Every image (embedded figures and plots) decoded.
     broken = page.evaluate("[...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).length")
@@ -100,13 +101,14 @@ def test_deck_in_a_real_browser(notebook, decks, browser):
     )
     page.evaluate(f"Reveal.slide({h}, {v}); while (Reveal.nextFragment()) {{}}")  # show every fragment
     mathjax_idle()
-    page.wait_for_timeout(300)
+    page.wait_for_timeout(2500)  # let MathJax finish re-typesetting the shown slide before the screenshot
     assert page.locator("section.present .jp-CodeCell").first.is_visible()
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{notebook.stem}.png"))
+    found = list(problems)  # before closing: closing aborts requests still in flight
     page.close()
-    assert not problems, "\n".join(problems)
+    assert not found, "\n".join(found)
 
 
 @pytest.fixture(scope="module")
@@ -158,5 +160,6 @@ def test_rise_presents_a_notebook_live(lab_server, browser):
     assert page.evaluate("document.querySelectorAll('.reveal .slides > section > section').length") == types.count("slide") + types.count("subslide")
     assert page.locator(".reveal section.present").first.is_visible()
     page.screenshot(path=str(SCREENSHOTS / "rise_live.png"))
+    found = list(outside)
     page.close()
-    assert not outside, f"the live slideshow reached outside the machine: {outside}"
+    assert not found, f"the live slideshow reached outside the machine: {found}"
