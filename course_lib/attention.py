@@ -12,6 +12,9 @@ Two multi-head modules compute the same function:
   ``fast=True`` it calls ``torch.nn.functional.scaled_dot_product_attention`` (a fused kernel
   that never stores the ``T x T`` weights); the tests check all paths agree.
 
+Generation reuses past keys and values through a :class:`KVCache`: the new token's query
+attends to the cached keys, so each step costs O(T) instead of recomputing all T positions.
+
 Masks follow PyTorch's convention: a boolean mask is ``True`` where attention is **allowed**;
 a float mask is **added** to the scores (``-inf`` forbids).
 """
@@ -130,6 +133,53 @@ def _head_dim(d_model: int, n_heads: int) -> int:
     return d_model // n_heads
 
 
+class LayerKV:
+    """One layer's cached keys and values, (B, H, T, D) each, in buffers allocated once."""
+
+    def __init__(self, max_length: int):
+        self.max_length = max_length
+        self.keys: torch.Tensor | None = None
+        self.values: torch.Tensor | None = None
+        self.length = 0
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the new (B, H, T_new, D) keys and values; return all of them so far."""
+        B, H, T, D = k.shape
+        if self.length + T > self.max_length:
+            raise ValueError(
+                f"the KV cache holds at most {self.max_length} positions; {self.length} are cached and "
+                f"{T} more were given. Reset the cache and feed the last {self.max_length} tokens again"
+            )
+        if self.keys is None or self.keys.shape[0] != B:
+            self.keys = k.new_empty(B, H, self.max_length, D)
+            self.values = v.new_empty(B, H, self.max_length, D)
+        self.keys[:, :, self.length : self.length + T] = k
+        self.values[:, :, self.length : self.length + T] = v
+        self.length += T
+        return self.keys[:, :, : self.length], self.values[:, :, : self.length]  # (B, H, T_total, D)
+
+
+class KVCache:
+    """The keys and values of every layer for the tokens seen so far.
+
+    Pass it to ``GPT.forward(idx, cache=...)``: the model then treats ``idx`` as the tokens
+    that follow the cached ones (positions ``cache.length`` onwards) and appends their keys
+    and values.
+    """
+
+    def __init__(self, n_layers: int, max_length: int):
+        self.max_length = max_length
+        self.layers = [LayerKV(max_length) for _ in range(n_layers)]
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].length
+
+    def reset(self) -> None:
+        for layer in self.layers:
+            layer.length = 0
+
+
 class MultiHeadAttention(nn.Module):
     """All heads at once: one fused QKV projection, heads as a batch dimension.
 
@@ -165,39 +215,48 @@ class MultiHeadAttention(nn.Module):
         self.rotary = RotaryEmbedding(self.head_dim, context_length, rope_base) if rotary else None
         self.register_buffer("mask", causal_mask(context_length), persistent=False)
 
-    def _mask(self, T: int, dtype: torch.dtype) -> torch.Tensor | None:
-        """The mask for T tokens: boolean (causal only) or additive (with ALiBi)."""
+    def _mask(self, T: int, dtype: torch.dtype, offset: int = 0) -> torch.Tensor | None:
+        """The mask for T queries at positions offset.. over offset + T keys: boolean (causal
+        only) or additive (with ALiBi)."""
         causal = None
         if self.causal:
-            causal = self.mask[:T, :T] if T <= self.mask.shape[0] else causal_mask(T, self.mask.device)
+            n = offset + T
+            full = self.mask if n <= self.mask.shape[0] else causal_mask(n, self.mask.device)
+            causal = full[offset:n, :n]  # (T, offset + T): query i sees keys 0..offset + i
         if not self.alibi:
             return causal
-        bias = alibi_bias(self.n_heads, T).to(dtype=dtype, device=self.mask.device)  # (H, T, T)
+        bias = alibi_bias(self.n_heads, T, offset).to(dtype=dtype, device=self.mask.device)  # (H, T, offset + T)
         return bias if causal is None else bias.masked_fill(~causal, float("-inf"))
 
-    def forward(self, x: torch.Tensor, return_weights: bool = False):
+    def forward(self, x: torch.Tensor, return_weights: bool = False, cache: LayerKV | None = None):
         """(B, T, C) -> (B, T, C); with ``return_weights`` also the (B, H, T, T) weights.
 
         Returning weights needs the readable path, so it is used even when ``fast=True``.
+        With a ``cache``, ``x`` holds the tokens after the cached ones: their keys and values
+        are appended and the queries attend to everything cached so far.
         """
         B, T, C = x.shape
+        offset = cache.length if cache is not None else 0
         if not self.extrapolate:
-            _check_length(T, self.context_length)
+            _check_length(offset + T, self.context_length)
         q, k, v = self.c_attn(x).split(self.d_model, dim=-1)  # (B, T, C) each
         q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = k.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         v = v.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         if self.rotary is not None:
-            q, k = self.rotary(q, k)  # position enters through the rotation of q and k
+            q, k = self.rotary(q, k, offset)  # position enters through the rotation of q and k
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, H, offset + T, D)
         dropout_p = self.dropout if self.training else 0.0
         weights = None
         if self.fast and not return_weights:
-            if self.alibi:
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=self._mask(T, q.dtype), dropout_p=dropout_p)
-            else:
-                out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=self.causal)  # (B, H, T, D)
+            if self.alibi or (offset and T > 1):
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=self._mask(T, q.dtype, offset), dropout_p=dropout_p)
+            else:  # no cache, or one new token that may see every cached one
+                causal = self.causal and offset == 0
+                out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)  # (B, H, T, D)
         else:
-            out, weights = scaled_dot_product_attention(q, k, v, self._mask(T, q.dtype), dropout_p, return_weights=True)
+            out, weights = scaled_dot_product_attention(q, k, v, self._mask(T, q.dtype, offset), dropout_p, return_weights=True)
         out = out.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, H, D) -> (B, T, C)
         out = self.resid_dropout(self.c_proj(out))
         return (out, weights) if return_weights else out

@@ -48,11 +48,16 @@ CORPORA: dict[str, RemoteCorpus] = {
 }
 
 
-def stdlib_docs_text() -> str:
-    """The Python reference topics (``help('assert')`` and friends) joined in sorted order."""
+def stdlib_docs() -> list[str]:
+    """The Python reference topics (``help('assert')`` and friends) in sorted order."""
     from pydoc_data.topics import topics
 
-    return "\n\n".join(topics[key] for key in sorted(topics))
+    return [topics[key] for key in sorted(topics)]
+
+
+def stdlib_docs_text() -> str:
+    """The topics of :func:`stdlib_docs` joined by blank lines."""
+    return "\n\n".join(stdlib_docs())
 
 
 def default_cache_dir() -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from .attention import MultiHeadAttention
+from .attention import KVCache, LayerKV, MultiHeadAttention
 from .layers import FeedForward, LayerNorm, RMSNorm, SwiGLU
 from .positional import LearnedPositionalEmbedding, sinusoidal_encoding
 
@@ -121,11 +121,11 @@ class Block(nn.Module):
         else:
             self.mlp = SwiGLU(config.d_model, config.hidden, config.bias, config.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: LayerKV | None = None) -> torch.Tensor:
         if self.pre_norm:
-            x = x + self.attn(self.ln_1(x))  # (B, T, C)
+            x = x + self.attn(self.ln_1(x), cache=cache)  # (B, T, C)
             return x + self.mlp(self.ln_2(x))
-        x = self.ln_1(x + self.attn(x))
+        x = self.ln_1(x + self.attn(x, cache=cache))
         return self.ln_2(x + self.mlp(x))
 
 
@@ -161,23 +161,30 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """Token embeddings plus, for learned or sinusoidal schemes, position information."""
+    def embed(self, idx: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Token embeddings plus, for learned or sinusoidal schemes, position information
+        (the tokens sit at positions offset..offset + T - 1)."""
         T = idx.shape[1]
         x = self.transformer.wte(idx)  # (B, T, C)
         if self.config.positional == "learned":
-            x = x + self.transformer.wpe(T)  # (T, C) broadcast over the batch
+            x = x + self.transformer.wpe(T, offset)  # (T, C) broadcast over the batch
         elif self.config.positional == "sinusoidal":
             # As in the original transformer, scale the embeddings by sqrt(d) so the fixed
             # encoding (entries of size ~1) does not drown them.
-            x = x * math.sqrt(self.config.d_model) + sinusoidal_encoding(T, self.config.d_model).to(x.device, x.dtype)
+            x = x * math.sqrt(self.config.d_model) + sinusoidal_encoding(T, self.config.d_model, offset=offset).to(x.device, x.dtype)
         return self.transformer.drop(x)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.embed(idx)
-        for block in self.transformer.h:
-            x = block(x)
+    def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Logits for every position. With a ``cache`` (see :meth:`new_cache`), ``idx`` holds
+        the tokens that follow the cached ones, and their keys and values join the cache."""
+        x = self.embed(idx, offset=cache.length if cache is not None else 0)
+        for i, block in enumerate(self.transformer.h):
+            x = block(x, cache.layers[i] if cache is not None else None)
         return self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
+
+    def new_cache(self, max_length: int | None = None) -> KVCache:
+        """An empty KV cache for up to ``max_length`` positions (default: the context length)."""
+        return KVCache(self.config.n_layers, max_length or self.config.context_length)
 
     def num_parameters(self) -> int:
         """Distinct parameters (a tied weight counts once)."""

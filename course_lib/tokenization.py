@@ -461,6 +461,10 @@ class BPETokenizer:
 
     def save(self, path: str | Path) -> None:
         """Write the pattern, special tokens and merges in a small versioned text format."""
+        Path(path).write_text(self.dumps(), encoding="utf-8")
+
+    def dumps(self) -> str:
+        """The text :meth:`save` writes (also stored inside model files)."""
         if self.merges is None:
             raise ValueError(
                 "this tokenizer was built from ranks, not trained merges; only trained "
@@ -474,12 +478,16 @@ class BPETokenizer:
             f"merges {len(self.merges)}",
             *(f"{a} {b}" for a, b in self.merges),
         ]
-        Path(path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return "\n".join(lines) + "\n"
 
     @classmethod
     def load(cls, path: str | Path) -> BPETokenizer:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-        where = f"tokenizer file {str(path)!r}"
+        return cls.loads(Path(path).read_text(encoding="utf-8"), f"tokenizer file {str(path)!r}")
+
+    @classmethod
+    def loads(cls, text: str, where: str = "tokenizer text") -> BPETokenizer:
+        """The tokenizer :meth:`dumps` described; ``where`` names the source in errors."""
+        lines = text.splitlines()
 
         def fail(problem: str) -> TokenizerFileError:
             return TokenizerFileError(f"{where} is not a valid course_lib BPE file: {problem}")

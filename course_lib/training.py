@@ -1,21 +1,39 @@
-"""A small, honest training loop for next-token prediction.
+"""Training a language model: the loop the seeds teach, grown up.
 
-Any model mapping (B, T) token ids to (B, T, V) logits trains with :func:`train_language_model`:
-AdamW, cosine learning-rate decay, a tqdm progress bar, and an estimate of the training and
-validation loss every ``eval_every`` steps.
+Any model mapping (B, T) token ids to (B, T, V) logits trains with :class:`Trainer`:
+
+- batches of windows in a shuffled order that is a function of (seed, step) alone, so a run
+  can stop and resume at any step and see the same batches;
+- AdamW with weight decay on matrices only (not on biases, norms' gains), linear warmup then
+  cosine decay (:func:`lr_at`), gradient clipping, gradient accumulation;
+- an estimate of the training and validation loss every ``eval_every`` steps, samples of
+  generated text every ``sample_every`` steps, a tqdm bar with the loss and tokens/s;
+- checkpoints (safetensors, see :mod:`course_lib.checkpoints`) holding model, optimizer,
+  step, history and RNG state, from which :meth:`Trainer.resume` continues exactly;
+- with ``torch.distributed`` initialised (``torchrun``), DistributedDataParallel: every rank
+  takes its share of each batch, gradients are averaged, all ranks keep identical weights.
+
+:func:`train_language_model` is the one-call version the early chapters use.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .data import SlidingWindowDataset, make_dataloader
+from .checkpoints import CHECKPOINT_FORMAT, load_model_tensors, model_tensors, read_file, write_file
+from .data import SlidingWindowDataset
 from .runtime import show_progress
 
 
@@ -23,6 +41,16 @@ def lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of the next-token predictions: (B, T, V) logits vs (B, T) targets."""
     logits = model(x)  # (B, T, V)
     return F.cross_entropy(logits.flatten(0, 1), y.flatten())  # (B*T, V) vs (B*T,)
+
+
+def perplexity(loss: float) -> float:
+    """e^loss: the number of equally likely tokens the model is as unsure as."""
+    return math.exp(loss)
+
+
+def bits_per_token(loss: float) -> float:
+    """The loss in bits (it is measured in nats): what an ideal coder would spend per token."""
+    return loss / math.log(2)
 
 
 @torch.no_grad()
@@ -48,10 +76,272 @@ def estimate_loss(model: nn.Module, ids: torch.Tensor, context_length: int, batc
 
 
 @dataclass
+class TrainConfig:
+    """Everything that decides what a training run computes (saved with each checkpoint)."""
+
+    steps: int = 1000  # optimizer steps
+    batch_size: int = 16  # windows per optimizer step (split over grad_accum and ranks)
+    context_length: int = 128
+    lr: float = 1e-3  # peak learning rate, reached after warmup
+    min_lr: float = 0.0  # where the cosine ends
+    warmup_steps: int = 0
+    weight_decay: float = 0.1  # on matrices only
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float | None = 1.0  # max global gradient norm; None: no clipping
+    grad_accum: int = 1  # micro-batches per optimizer step
+    eval_every: int = 100
+    eval_batches: int = 20
+    sample_every: int = 0  # 0: no samples during training
+    seed: int = 0  # the order of the batches
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "context_length", "grad_accum", "eval_every", "eval_batches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.warmup_steps < 0 or self.warmup_steps > self.steps:
+            raise ValueError(
+                f"warmup_steps={self.warmup_steps} must be between 0 and steps={self.steps}: "
+                "the schedule warms up and then decays within the run"
+            )
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"min_lr={self.min_lr} must be between 0 and lr={self.lr}")
+
+
+def lr_at(step: int, config: TrainConfig) -> float:
+    """Learning rate of optimizer step ``step`` (0-based): linear warmup, then cosine decay.
+
+    Warmup climbs to ``lr`` over ``warmup_steps`` steps (small steps while Adam's moment
+    estimates are still noisy); the cosine then glides from ``lr`` to ``min_lr``.
+    """
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    decay_steps = config.steps - config.warmup_steps
+    progress = (step - config.warmup_steps) / decay_steps if decay_steps else 1.0
+    return config.min_lr + (config.lr - config.min_lr) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with two groups: matrices (embeddings, projections) decay, vectors do not.
+
+    Decaying a norm's gain or a bias pulls it towards 0, which is not a simpler model, just a
+    worse one; the matrices are where the capacity is.
+    """
+    params = {id(p): p for p in model.parameters() if p.requires_grad}.values()  # a tied weight once
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+
+
+class WindowBatches:
+    """Batch ``i`` of a run: windows in a shuffled order that depends on (seed, epoch) only.
+
+    Epoch ``e`` visits the windows in the order of the ``e``-th permutation drawn from a
+    generator seeded with ``seed``; batch ``i`` is a slice of it. Any batch can be rebuilt
+    from its number, which is what makes resuming exact.
+    """
+
+    def __init__(self, ids: torch.Tensor, context_length: int, batch_size: int, seed: int = 0):
+        self.dataset = SlidingWindowDataset(ids, context_length, stride=context_length)
+        self.batch_size, self.seed = batch_size, seed
+        self.per_epoch = len(self.dataset) // batch_size
+        if self.per_epoch == 0:
+            raise ValueError(
+                f"the training data has {len(ids)} tokens: {len(self.dataset)} windows of "
+                f"{context_length + 1} tokens, fewer than one batch of {batch_size}; use a smaller "
+                "batch_size or context_length, or more data"
+            )
+        self._epoch, self._order = -1, None
+
+    def _permutation(self, epoch: int) -> torch.Tensor:
+        if epoch != self._epoch:
+            generator = torch.Generator().manual_seed(self.seed)
+            for _ in range(epoch + 1):
+                order = torch.randperm(len(self.dataset), generator=generator)
+            self._epoch, self._order = epoch, order
+        return self._order
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        epoch, k = divmod(i, self.per_epoch)
+        chosen = self._permutation(epoch)[k * self.batch_size : (k + 1) * self.batch_size].tolist()
+        x, y = zip(*(self.dataset[j] for j in chosen))
+        return torch.stack(x), torch.stack(y)  # (B, T), (B, T)
+
+
+@dataclass
 class History:
     steps: list[int] = field(default_factory=list)
     train_loss: list[float] = field(default_factory=list)
     val_loss: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    samples: list[tuple[int, str]] = field(default_factory=list)
+    tokens_seen: int = 0
+    seconds: float = 0.0
+
+
+def _world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class Trainer:
+    """Owns a model's training run: optimizer, step counter, batches, history, checkpoints.
+
+    ``sample(model) -> str`` (optional) is called every ``sample_every`` steps and its text
+    kept in the history (and printed).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        train_ids: torch.Tensor,
+        val_ids: torch.Tensor,
+        config: TrainConfig,
+        sample: Callable[[nn.Module], str] | None = None,
+        progress: bool | None = None,
+    ):
+        self.model, self.config, self.sample = model, config, sample
+        self.train_ids, self.val_ids = train_ids, val_ids
+        self.rank, self.world_size = _world()
+        per_rank = config.batch_size // config.grad_accum
+        if per_rank % self.world_size:
+            raise ValueError(
+                f"a micro-batch of {per_rank} windows cannot be split evenly over {self.world_size} processes"
+            )
+        self.batches = WindowBatches(train_ids, config.context_length, per_rank, config.seed)
+        SlidingWindowDataset(val_ids, config.context_length)  # fail early on a too-short validation split
+        self.optimizer = make_optimizer(model, config)
+        self.step = 0
+        self.history = History()
+        self.progress = show_progress() if progress is None else progress
+        self.device = next(model.parameters()).device
+        self._ddp = None
+        if self.world_size > 1:
+            self._ddp = nn.parallel.DistributedDataParallel(model)
+
+    def evaluate(self) -> tuple[float, float]:
+        """(train, validation) loss estimated on ``eval_batches`` batches of each."""
+        c = self.config
+        return (
+            estimate_loss(self.model, self.train_ids, c.context_length, c.batch_size, c.eval_batches),
+            estimate_loss(self.model, self.val_ids, c.context_length, c.batch_size, c.eval_batches),
+        )
+
+    def _micro_batch(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.batches[i]  # (B_micro, T): the same on every rank
+        x, y = x[self.rank :: self.world_size], y[self.rank :: self.world_size]  # this rank's share
+        return x.to(self.device), y.to(self.device)
+
+    def train_step(self) -> float:
+        """One optimizer step (``grad_accum`` micro-batches); returns its mean training loss."""
+        c = self.config
+        net = self._ddp or self.model
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr_at(self.step, c)
+        total = 0.0
+        for a in range(c.grad_accum):
+            x, y = self._micro_batch(self.step * c.grad_accum + a)
+            sync = a == c.grad_accum - 1 or self._ddp is None
+            with net.no_sync() if not sync else nullcontext():  # DDP averages on the last one only
+                loss = lm_loss(net, x, y) / c.grad_accum
+                loss.backward()
+            total += loss.item()
+        if c.grad_clip is not None:
+            nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.history.tokens_seen += c.batch_size * c.context_length
+        return total
+
+    def train(self, until: int | None = None) -> History:
+        """Train up to step ``until`` (default: ``config.steps``); return the history."""
+        c = self.config
+        until = c.steps if until is None else min(until, c.steps)
+        self.model.train()
+        bar = tqdm(total=until, initial=self.step, desc="training", disable=not self.progress or self.rank != 0)
+        while self.step < until:
+            started = time.perf_counter()
+            loss = self.train_step()
+            elapsed = time.perf_counter() - started
+            self.history.seconds += elapsed
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{c.batch_size * c.context_length / elapsed:,.0f}", refresh=False)
+            if self.step % c.eval_every == 0 or self.step == c.steps:
+                self._record()
+            if c.sample_every and self.sample is not None and self.step % c.sample_every == 0:
+                text = self.sample(self.model)
+                self.history.samples.append((self.step, text))
+                if self.rank == 0:
+                    tqdm.write(f"step {self.step}: {text!r}")
+                self.model.train()
+        bar.close()
+        self.model.eval()
+        return self.history
+
+    def _record(self) -> None:
+        train_loss, val_loss = self.evaluate()
+        h = self.history
+        h.steps.append(self.step)
+        h.train_loss.append(train_loss)
+        h.val_loss.append(val_loss)
+        h.lr.append(lr_at(self.step - 1, self.config))
+
+    # ----------------------------------------------------------------------------------
+    # checkpoints
+    # ----------------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> None:
+        """Write a checkpoint (rank 0 only under DDP), atomically, without pickle."""
+        if self.rank == 0:
+            tensors = {f"model.{name}": t for name, t in model_tensors(self.model).items()}
+            state = self.optimizer.state_dict()
+            for index, moments in state["state"].items():
+                for name, t in moments.items():
+                    tensors[f"optimizer.{index}.{name}"] = t  # AdamW's step, exp_avg, exp_avg_sq
+            tensors["rng.torch"] = torch.get_rng_state()  # dropout draws from it
+            metadata = {
+                "format": CHECKPOINT_FORMAT,
+                "step": str(self.step),
+                "train_config": json.dumps(asdict(self.config)),
+                "param_groups": json.dumps(state["param_groups"]),
+                "history": json.dumps(asdict(self.history)),
+            }
+            if is_dataclass(getattr(self.model, "config", None)):
+                metadata["model_config"] = json.dumps(asdict(self.model.config))
+            write_file(path, tensors, metadata)
+        if self.world_size > 1:
+            dist.barrier()
+
+    @classmethod
+    def resume(cls, path: str | Path, model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor, **options) -> Trainer:
+        """A trainer that continues the run saved at ``path``: same config, weights, optimizer
+        moments, step, history and random state, so the rest of the run is what it would have
+        been without the interruption. ``model`` must have the saved shapes."""
+        tensors, metadata = read_file(path, CHECKPOINT_FORMAT)
+        weights = {k.removeprefix("model."): t for k, t in tensors.items() if k.startswith("model.")}
+        load_model_tensors(model, weights, str(path))
+        trainer = cls(model, train_ids, val_ids, TrainConfig(**json.loads(metadata["train_config"])), **options)
+        moments: dict[int, dict[str, torch.Tensor]] = {}
+        for key, t in tensors.items():
+            if key.startswith("optimizer."):
+                _, index, name = key.split(".", 2)
+                moments.setdefault(int(index), {})[name] = t.to(trainer.device)
+        groups = json.loads(metadata["param_groups"])
+        for group in groups:
+            group["betas"] = tuple(group["betas"])
+        trainer.optimizer.load_state_dict({"state": moments, "param_groups": groups})
+        trainer.step = int(metadata["step"])
+        history = json.loads(metadata["history"])
+        history["samples"] = [tuple(s) for s in history["samples"]]
+        trainer.history = History(**history)
+        torch.set_rng_state(tensors["rng.torch"])
+        return trainer
 
 
 def train_language_model(
@@ -69,35 +359,13 @@ def train_language_model(
     seed: int = 0,
     progress: bool | None = None,
 ) -> History:
-    """Train for ``steps`` batches, cycling through shuffled windows; return the loss history.
+    """Train for ``steps`` batches with cosine decay and no warmup; return the loss history.
 
+    The one-call form of :class:`Trainer` for chapters that are not about training itself.
     ``progress=None`` shows a progress bar unless ``COURSE_PROGRESS=0`` (see runtime).
     """
-    if steps < 1:
-        raise ValueError(f"steps must be positive, got {steps}")
-    device = next(model.parameters()).device
-    loader = make_dataloader(train_ids, context_length, batch_size, seed=seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
-    history = History()
-    batches = iter(loader)
-    model.train()
-    bar = tqdm(range(1, steps + 1), desc="training", disable=not (show_progress() if progress is None else progress))
-    for step in bar:
-        try:
-            x, y = next(batches)
-        except StopIteration:  # a new epoch, in a new order
-            batches = iter(loader)
-            x, y = next(batches)
-        loss = lm_loss(model, x.to(device), y.to(device))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-        if step % eval_every == 0 or step == steps:
-            history.steps.append(step)
-            history.train_loss.append(estimate_loss(model, train_ids, context_length, batch_size, eval_batches))
-            history.val_loss.append(estimate_loss(model, val_ids, context_length, batch_size, eval_batches))
-            bar.set_postfix(train=f"{history.train_loss[-1]:.3f}", val=f"{history.val_loss[-1]:.3f}")
-    model.eval()
-    return history
+    config = TrainConfig(
+        steps=steps, batch_size=batch_size, context_length=context_length, lr=lr, weight_decay=weight_decay,
+        eval_every=eval_every, eval_batches=eval_batches, seed=seed,
+    )
+    return Trainer(model, train_ids, val_ids, config, progress=progress).train()

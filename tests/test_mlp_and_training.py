@@ -70,5 +70,5 @@ def test_estimate_loss_is_deterministic_and_restores_mode():
 
 
 def test_training_rejects_zero_steps():
-    with pytest.raises(ValueError, match="steps must be positive"):
+    with pytest.raises(ValueError, match="steps must be a positive integer"):
         train_language_model(MLPLanguageModel(5, 2), torch.arange(5).repeat(20), torch.arange(5).repeat(5), context_length=4, batch_size=2, steps=0, lr=1e-3)
