@@ -115,18 +115,22 @@ def load_model(path: str | Path, device: torch.device | str = "cpu"):
     return model.to(device).eval(), notes
 
 
+def read_metadata(path: str | Path) -> dict:
+    """The JSON metadata of a model file or checkpoint, decoded, without reading the tensors."""
+    try:
+        with safe_open(Path(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+    except Exception as err:
+        raise CheckpointError(f"{path} is not a readable safetensors file ({err})") from err
+    if metadata.get("format") not in (MODEL_FORMAT, CHECKPOINT_FORMAT):
+        raise CheckpointError(f"{path} is not a course_lib model file or checkpoint (format {metadata.get('format')!r})")
+    return {key: value if key == "format" else json.loads(value) for key, value in metadata.items()}
+
+
 def saved_config(path: str | Path) -> GPTConfig:
     """The GPTConfig stored in a model file or a training checkpoint (to build the model)."""
-    _, metadata = read_file(path, MODEL_FORMAT) if _format(path) == MODEL_FORMAT else read_file(path, CHECKPOINT_FORMAT)
+    metadata = read_metadata(path)
     key = "config" if metadata["format"] == MODEL_FORMAT else "model_config"
     if key not in metadata:
         raise CheckpointError(f"{path} was saved from a model without a GPTConfig")
-    return GPTConfig(**json.loads(metadata[key]))
-
-
-def _format(path: str | Path) -> str | None:
-    try:
-        with safe_open(Path(path), framework="pt") as f:
-            return (f.metadata() or {}).get("format")
-    except Exception:
-        return None
+    return GPTConfig(**metadata[key])

@@ -296,8 +296,9 @@ class Trainer:
     # checkpoints
     # ----------------------------------------------------------------------------------
 
-    def save(self, path: str | Path) -> None:
-        """Write a checkpoint (rank 0 only under DDP), atomically, without pickle."""
+    def save(self, path: str | Path, **notes) -> None:
+        """Write a checkpoint (rank 0 only under DDP), atomically, without pickle; ``notes``
+        (JSON-ready) are stored beside the state, e.g. how the data was prepared."""
         if self.rank == 0:
             tensors = {f"model.{name}": t for name, t in model_tensors(self.model).items()}
             state = self.optimizer.state_dict()
@@ -314,6 +315,7 @@ class Trainer:
             }
             if is_dataclass(getattr(self.model, "config", None)):
                 metadata["model_config"] = json.dumps(asdict(self.model.config))
+            metadata.update({key: json.dumps(value) for key, value in notes.items()})
             write_file(path, tensors, metadata)
         if self.world_size > 1:
             dist.barrier()

@@ -1,8 +1,9 @@
 import pytest
 import torch
 
-from course_lib.generation import generate
+from course_lib.generation import filter_logits, generate, sample_next, stream, stream_text
 from course_lib.model import GPT, GPTConfig
+from course_lib.tokenization import train_bpe
 
 
 @pytest.fixture
@@ -38,3 +39,136 @@ def test_low_temperature_approaches_greedy(model):
 def test_bad_temperature(model):
     with pytest.raises(ValueError, match="temperature must be positive"):
         generate(model, torch.tensor([[1]]), 1, 8, temperature=0)
+
+
+# --------------------------------------------------------------------------------------
+# KV cache: exactly the tokens of recomputing from scratch
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("positional", ["learned", "rope", "sinusoidal", "alibi", "none"])
+@pytest.mark.parametrize("fast", [True, False])
+def test_kv_cache_gives_the_same_tokens_as_recomputing(positional, fast):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=60, context_length=12, n_layers=2, n_heads=2, d_model=32, positional=positional, fast=fast))
+    start = torch.randint(0, 60, (3, 5))
+    # 25 new tokens: the window slides past the context of 12, so the cache is refilled too
+    for options in [dict(greedy=True), dict(top_k=8, temperature=1.3), dict(top_p=0.8)]:
+        with_cache = generate(model, start, 25, generator=torch.Generator().manual_seed(3), use_cache=True, **options)
+        without = generate(model, start, 25, generator=torch.Generator().manual_seed(3), use_cache=False, **options)
+        assert torch.equal(with_cache, without), (positional, fast, options)
+
+
+@pytest.mark.parametrize("positional", ["learned", "rope"])
+def test_cached_logits_match_the_full_forward_pass(positional):
+    torch.manual_seed(1)
+    model = GPT(GPTConfig(vocab_size=30, context_length=16, n_layers=3, n_heads=4, d_model=32, positional=positional)).eval()
+    ids = torch.randint(0, 30, (2, 16))
+    full = model(ids)  # (B, T, V)
+    cache = model.new_cache()
+    pieces = [model(ids[:, :7], cache=cache)]  # a prompt of 7 tokens, then one at a time
+    pieces += [model(ids[:, t : t + 1], cache=cache) for t in range(7, 16)]
+    assert cache.length == 16
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="holds at most 16 positions|stop at 15"):
+        model(ids[:, :1], cache=cache)  # a full cache says so instead of going wrong
+
+
+def test_cache_rejects_more_than_it_holds():
+    from course_lib.attention import LayerKV
+
+    layer = LayerKV(4)
+    layer.append(torch.zeros(1, 2, 3, 8), torch.zeros(1, 2, 3, 8))
+    with pytest.raises(ValueError, match="holds at most 4 positions"):
+        layer.append(torch.zeros(1, 2, 2, 8), torch.zeros(1, 2, 2, 8))
+
+
+# --------------------------------------------------------------------------------------
+# top-k, top-p, end of text, streaming
+# --------------------------------------------------------------------------------------
+
+
+def test_top_k_keeps_the_k_largest():
+    logits = torch.tensor([[1.0, 5.0, 3.0, 4.0, 2.0]])
+    kept = filter_logits(logits, top_k=2)
+    assert torch.equal(torch.isfinite(kept), torch.tensor([[False, True, False, True, False]]))
+    assert torch.equal(filter_logits(logits, top_k=99), logits)
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    probs = torch.tensor([[0.05, 0.5, 0.3, 0.15]])
+    logits = probs.log()
+    keep = lambda p: torch.isfinite(filter_logits(logits, top_p=p))[0].tolist()  # noqa: E731
+    assert keep(0.5) == [False, True, False, False]  # 0.5 alone reaches 0.5
+    assert keep(0.6) == [False, True, True, False]
+    assert keep(0.95) == [False, True, True, True]  # 0.5 + 0.3 + 0.15 = 0.95
+    assert keep(1.0) == [True, True, True, True]
+    assert keep(0.01) == [False, True, False, False]  # always at least the most likely token
+
+
+def test_top_p_matches_a_brute_force_definition():
+    torch.manual_seed(0)
+    logits = torch.randn(6, 40) * 2
+    for p in (0.1, 0.5, 0.9):
+        kept = torch.isfinite(filter_logits(logits, top_p=p))
+        for row, mask in zip(logits, kept):
+            probs, order = torch.softmax(row, -1).sort(descending=True)
+            n = int((probs.cumsum(0) < p).sum()) + 1  # smallest prefix whose sum reaches p
+            assert set(order[:n].tolist()) == set(mask.nonzero().flatten().tolist())
+
+
+def test_sampling_never_leaves_the_filtered_set():
+    torch.manual_seed(0)
+    logits = torch.randn(1, 50).repeat(2000, 1)
+    allowed = set(torch.topk(logits[0], 5).indices.tolist())
+    drawn = sample_next(logits, top_k=5, generator=torch.Generator().manual_seed(0))
+    assert set(drawn.flatten().tolist()) == allowed  # all 5 appear in 2,000 draws, nothing else
+
+
+def test_bad_filters():
+    with pytest.raises(ValueError, match="top_k must be a positive"):
+        filter_logits(torch.zeros(1, 3), top_k=0)
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+        filter_logits(torch.zeros(1, 3), top_p=1.5)
+
+
+def test_generation_stops_at_end_of_text(model):
+    start = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    greedy = generate(model, start, 10, greedy=True)
+    eos = int(greedy[0, 5])  # the third new token of row 0 becomes "end of text"
+    out = generate(model, start, 10, greedy=True, eos_id=eos)
+    first = (out[0, 3:] == eos).nonzero()[0].item()
+    assert torch.equal(out[0, : 3 + first + 1], greedy[0, : 3 + first + 1])
+    assert (out[0, 3 + first :] == eos).all()  # a finished row only repeats the end token
+    row1_ends = (out[1, 3:] == eos).any()
+    assert out.shape[1] == 13 or row1_ends  # it stops early only once every row ended
+
+
+def test_stream_yields_what_generate_returns(model):
+    start = torch.tensor([[3, 1, 4]])
+    pieces = list(stream(model, start, 9, greedy=True))
+    assert all(p.shape == (1, 1) for p in pieces)
+    assert torch.equal(torch.cat([start, *pieces], dim=1), generate(model, start, 9, greedy=True))
+
+
+def test_stream_text_waits_for_whole_characters():
+    tok = train_bpe("", 256)  # bytes only: token i is byte i, so "ï" arrives in two halves
+    text = "naïve café → ok"
+    script = list(text.encode("utf-8"))
+
+    class Scripted(torch.nn.Module):
+        """Predicts the next byte of ``text``, whatever it is shown."""
+
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, idx):  # (1, T) -> (1, T, 256)
+            logits = torch.full((1, idx.shape[1], 256), -1e9)
+            logits[0, -1, script[min(idx.shape[1] - 1, len(script) - 1)]] = 0.0
+            return logits
+
+    pieces = list(stream_text(Scripted(), tok.encode, tok.decode, "x", len(script), greedy=True, context_length=64))
+    assert "".join(pieces) == text
+    assert "\ufffd" not in "".join(pieces) and "ï" in pieces and "→" in pieces  # never half a character
+    assert pieces[:3] == ["n", "a", "ï"]
