@@ -51,7 +51,7 @@ class GPTConfig:
     pre_norm: bool = True
     norm_eps: float = 1e-5
     rope_base: float = 10000.0
-    fast: bool = True  # attention through F.scaled_dot_product_attention
+    fast: bool = True  # PyTorch's fused kernels for attention, norms and activations
 
     def __post_init__(self) -> None:
         for name, value, allowed in [("positional", self.positional, POSITIONAL), ("norm", self.norm, NORMS), ("ffn", self.ffn, FFNS)]:
@@ -96,8 +96,8 @@ class GPTConfig:
 
 def make_norm(config: GPTConfig) -> nn.Module:
     if config.norm == "layernorm":
-        return LayerNorm(config.d_model, eps=config.norm_eps, bias=config.bias)
-    return RMSNorm(config.d_model, eps=config.norm_eps)
+        return LayerNorm(config.d_model, eps=config.norm_eps, bias=config.bias, fast=config.fast)
+    return RMSNorm(config.d_model, eps=config.norm_eps, fast=config.fast)
 
 
 class Block(nn.Module):
@@ -117,9 +117,9 @@ class Block(nn.Module):
         )
         self.ln_2 = make_norm(config)
         if config.ffn == "mlp":
-            self.mlp = FeedForward(config.d_model, config.hidden, config.activation, config.bias, config.dropout)
+            self.mlp = FeedForward(config.d_model, config.hidden, config.activation, config.bias, config.dropout, config.fast)
         else:
-            self.mlp = SwiGLU(config.d_model, config.hidden, config.bias, config.dropout)
+            self.mlp = SwiGLU(config.d_model, config.hidden, config.bias, config.dropout, config.fast)
 
     def forward(self, x: torch.Tensor, cache: LayerKV | None = None) -> torch.Tensor:
         if self.pre_norm:

@@ -33,6 +33,18 @@ def get_device() -> torch.device:
     return torch.device("cpu")
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bfloat16 matrices natively (then about 2x faster than
+    float32): CUDA GPUs from Ampere on, CPUs with AVX-512 BF16 or AMX. Elsewhere bfloat16
+    is emulated and slower, so training stays in float32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+        return any(check() for check in checks if check is not None)
+    return False
+
+
 def seed_everything(seed: int = 1337) -> torch.Generator:
     """Seed Python's and torch's generators; return a CPU generator seeded the same way.
 

@@ -34,13 +34,13 @@ from tqdm.auto import tqdm
 
 from .checkpoints import CHECKPOINT_FORMAT, load_model_tensors, model_tensors, read_file, write_file
 from .data import SlidingWindowDataset
-from .runtime import show_progress
+from .runtime import native_bf16, show_progress
 
 
 def lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of the next-token predictions: (B, T, V) logits vs (B, T) targets."""
     logits = model(x)  # (B, T, V)
-    return F.cross_entropy(logits.flatten(0, 1), y.flatten())  # (B*T, V) vs (B*T,)
+    return F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())  # (B*T, V) vs (B*T,), in float32
 
 
 def perplexity(loss: float) -> float:
@@ -75,6 +75,9 @@ def estimate_loss(model: nn.Module, ids: torch.Tensor, context_length: int, batc
     return total / count
 
 
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
 @dataclass
 class TrainConfig:
     """Everything that decides what a training run computes (saved with each checkpoint)."""
@@ -94,6 +97,7 @@ class TrainConfig:
     eval_batches: int = 20
     sample_every: int = 0  # 0: no samples during training
     seed: int = 0  # the order of the batches
+    precision: str = "auto"  # "fp32", "bf16" (mixed: bfloat16 matmuls, float32 weights), "auto"
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "context_length", "grad_accum", "eval_every", "eval_batches"):
@@ -108,6 +112,20 @@ class TrainConfig:
             raise ValueError(f"batch_size={self.batch_size} must be divisible by grad_accum={self.grad_accum}")
         if not 0 <= self.min_lr <= self.lr:
             raise ValueError(f"min_lr={self.min_lr} must be between 0 and lr={self.lr}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """The dtype the forward pass runs in under ``precision`` (None: float32 throughout).
+
+    ``auto`` picks bfloat16 where the hardware has it (see :func:`runtime.native_bf16`). The
+    weights, the optimizer and the loss stay float32 either way: only the matrix products are
+    rounded, which a network trained with noisy gradients does not notice.
+    """
+    if precision == "bf16" or (precision == "auto" and native_bf16(device)):
+        return torch.bfloat16
+    return None
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
@@ -134,7 +152,8 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2))
+    fused = next(iter(params)).device.type in ("cpu", "cuda")  # one kernel for all parameters
+    return torch.optim.AdamW(groups, lr=config.lr, betas=(config.beta1, config.beta2), fused=fused)
 
 
 class WindowBatches:
@@ -220,6 +239,7 @@ class Trainer:
         self.history = History()
         self.progress = show_progress() if progress is None else progress
         self.device = next(model.parameters()).device
+        self.dtype = autocast_dtype(config.precision, self.device)  # None: float32
         self._ddp = None
         if self.world_size > 1:
             self._ddp = nn.parallel.DistributedDataParallel(model)
@@ -248,7 +268,8 @@ class Trainer:
             x, y = self._micro_batch(self.step * c.grad_accum + a)
             sync = a == c.grad_accum - 1 or self._ddp is None
             with net.no_sync() if not sync else nullcontext():  # DDP averages on the last one only
-                loss = lm_loss(net, x, y) / c.grad_accum
+                with torch.autocast(self.device.type, dtype=self.dtype or torch.bfloat16, enabled=self.dtype is not None):
+                    loss = lm_loss(net, x, y) / c.grad_accum
                 loss.backward()
             total += loss.item()
         if c.grad_clip is not None:

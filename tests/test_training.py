@@ -15,7 +15,8 @@ from course_lib.data import stdlib_docs
 from course_lib.checkpoints import CheckpointError, load_model, read_metadata, save_model
 from course_lib.model import GPT, GPTConfig
 from course_lib.train import load_trained, prepare_data
-from course_lib.training import TrainConfig, Trainer, WindowBatches, lr_at, make_optimizer
+from course_lib.runtime import native_bf16
+from course_lib.training import TrainConfig, Trainer, WindowBatches, autocast_dtype, lr_at, make_optimizer
 
 CONFIG = GPTConfig(vocab_size=40, context_length=16, n_layers=2, n_heads=2, d_model=32, dropout=0.1)
 
@@ -56,6 +57,22 @@ def test_bad_configs_name_the_problem():
         TrainConfig(lr=1e-3, min_lr=1e-2)
 
 
+def test_precision_auto_follows_the_hardware_and_bf16_still_learns(data):
+    cpu = torch.device("cpu")
+    assert autocast_dtype("fp32", cpu) is None and autocast_dtype("bf16", cpu) is torch.bfloat16
+    assert autocast_dtype("auto", cpu) == (torch.bfloat16 if native_bf16(cpu) else None)
+    with pytest.raises(ValueError, match="unknown precision 'fp16'"):
+        TrainConfig(precision="fp16")
+    train, val = data
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        model = fresh_model()
+        config = TrainConfig(steps=30, batch_size=8, context_length=16, lr=3e-3, eval_every=30, precision=precision)
+        losses[precision] = Trainer(model, train, val, config, progress=False).train().train_loss[-1]
+        assert all(p.dtype == torch.float32 for p in model.parameters())  # weights stay float32
+    assert losses["bf16"] == pytest.approx(losses["fp32"], abs=0.05)
+
+
 def test_a_dataset_shorter_than_one_batch_is_refused():
     ids = torch.arange(100) % 40
     with pytest.raises(ValueError, match="fewer than one batch of 16"):
@@ -89,7 +106,7 @@ def test_gradient_accumulation_equals_one_big_batch(data):
     for accum in (1, 4):
         torch.manual_seed(1)
         model = GPT(no_dropout)
-        config = TrainConfig(steps=3, batch_size=8, context_length=16, lr=1e-3, grad_accum=accum, eval_every=10)
+        config = TrainConfig(steps=3, batch_size=8, context_length=16, lr=1e-3, grad_accum=accum, eval_every=10, precision="fp32")
         trainer = Trainer(model, train, val, config, progress=False)
         if accum == 4:  # micro-batch i of the accumulated run = rows of batch i // 4 of the other
             trainer.batches = _Regrouped(WindowBatches(train, 16, 8, seed=0), 4)
@@ -222,7 +239,7 @@ def test_prepare_data_trains_the_tokenizer_on_training_text_with_document_ends()
 # --------------------------------------------------------------------------------------
 
 TINY = ["--tokenizer", "char", "--n-layers", "2", "--n-heads", "2", "--d-model", "32", "--context-length", "32",
-        "--batch-size", "8", "--lr", "3e-3", "--eval-every", "10", "--eval-batches", "4"]
+        "--batch-size", "8", "--lr", "3e-3", "--eval-every", "10", "--eval-batches", "4", "--precision", "fp32"]
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
