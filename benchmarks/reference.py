@@ -58,6 +58,37 @@ def copy_weights(course: GPT, book: torch.nn.Module) -> None:
     book.out_head.weight.copy_(course.lm_head.weight)
 
 
+def book_llama(config: GPTConfig) -> torch.nn.Module:
+    """The reference's KV-cache Llama 3 at a course ``GPTConfig.llama_like`` config (float32,
+    every head its own keys and values, no RoPE frequency rescaling)."""
+    try:
+        from llms_from_scratch.kv_cache.llama3 import Llama3Model
+    except ImportError:
+        raise SystemExit("install the reference first: .venv/bin/pip install --no-deps llms-from-scratch==1.0.19") from None
+    return Llama3Model({
+        "vocab_size": config.vocab_size, "context_length": config.context_length, "emb_dim": config.d_model,
+        "n_heads": config.n_heads, "n_layers": config.n_layers, "hidden_dim": config.hidden,
+        "n_kv_groups": config.n_heads, "rope_base": config.rope_base, "dtype": torch.float32, "rope_freq": None,
+    })
+
+
+@torch.no_grad()
+def copy_llama_weights(course: GPT, book: torch.nn.Module) -> None:
+    C = course.config.d_model
+    book.tok_emb.weight.copy_(course.transformer.wte.weight)
+    for ours, theirs in zip(course.transformer.h, book.trf_blocks):
+        for part, layer in enumerate((theirs.att.W_query, theirs.att.W_key, theirs.att.W_value)):
+            layer.weight.copy_(ours.attn.c_attn.weight[part * C : (part + 1) * C])
+        theirs.att.out_proj.weight.copy_(ours.attn.c_proj.weight)
+        theirs.ff.fc1.weight.copy_(ours.mlp.gate_proj.weight)
+        theirs.ff.fc2.weight.copy_(ours.mlp.up_proj.weight)
+        theirs.ff.fc3.weight.copy_(ours.mlp.down_proj.weight)
+        theirs.norm1.weight.copy_(ours.ln_1.weight)
+        theirs.norm2.weight.copy_(ours.ln_2.weight)
+    book.final_norm.weight.copy_(course.transformer.ln_f.weight)
+    book.out_head.weight.copy_(course.lm_head.weight)
+
+
 def alternate(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
     """Median seconds of each run, measured in alternating rounds after one warm-up each, so
     that noise from other work on the machine falls on all of them alike."""
