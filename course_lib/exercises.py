@@ -21,9 +21,11 @@ import torch.nn.functional as F
 
 from .attention import causal_mask, scaled_dot_product_attention, softmax
 from .data import SlidingWindowDataset
+from .generation import filter_logits
 from .model import GPTConfig, parameter_formula
 from .positional import rope_interleaved, sinusoidal_encoding
 from .tokenization import get_pair_counts, merge_pair
+from .training import TrainConfig, lr_at
 
 
 @dataclass
@@ -180,6 +182,19 @@ def _gpt2_parameters(vocab_size: int, context_length: int, d_model: int, n_layer
     return parameter_formula(config)["total"]
 
 
+def _lr_schedule(step: int, max_lr: float, min_lr: float, warmup_steps: int, total_steps: int) -> float:
+    config = TrainConfig(steps=total_steps, lr=max_lr, min_lr=min_lr, warmup_steps=warmup_steps)
+    return lr_at(step, config)
+
+
+def _clip_grad_norm(grads: list[torch.Tensor], max_norm: float) -> tuple[torch.Tensor, ...]:
+    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return tuple(p.grad for p in params)
+
+
 def _seeded(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
@@ -322,6 +337,46 @@ def _gpt2_parameter_cases() -> list[Case]:
     ]
 
 
+def _lr_schedule_cases() -> list[Case]:
+    return [
+        Case((0, 1e-3, 1e-4, 10, 110), "the first warmup step: 1/10 of the peak"),
+        Case((4, 1e-3, 1e-4, 10, 110), "warmup step 5 of 10"),
+        Case((9, 1e-3, 1e-4, 10, 110), "the last warmup step reaches the peak"),
+        Case((60, 1e-3, 1e-4, 10, 110), "half way down the cosine"),
+        Case((110, 1e-3, 1e-4, 10, 110), "the end: min_lr"),
+        Case((25, 6e-4, 0.0, 0, 100), "no warmup, a quarter of the way"),
+    ]
+
+
+def _clip_cases() -> list[Case]:
+    g = _seeded(10)
+    return [
+        Case(([torch.tensor([3.0, 0.0]), torch.tensor([[0.0], [4.0]])], 1.0), "global norm 5 clipped to 1"),
+        Case(([torch.tensor([0.3, 0.0]), torch.tensor([[0.0], [0.4]])], 1.0), "global norm 0.5: unchanged"),
+        Case(([torch.randn(4, 3, generator=g) * 10, torch.randn(3, generator=g) * 0.01], 2.0), "one large and one tiny gradient"),
+    ]
+
+
+def _logit_cases() -> list[Case]:
+    g = _seeded(11)
+    return [torch.tensor([[2.0, -1.0, 0.5, 3.0, 1.0]]), torch.randn(3, 10, generator=g) * 2]
+
+
+def _top_k_cases() -> list[Case]:
+    small, batch = _logit_cases()
+    return [Case((small, 2), "keep 2 of 5"), Case((small, 5), "k = V keeps everything"), Case((batch, 3), "a batch of 3 rows")]
+
+
+def _top_p_cases() -> list[Case]:
+    small, batch = _logit_cases()
+    return [
+        Case((small, 0.5), "p = 0.5"),
+        Case((small, 0.9), "p = 0.9"),
+        Case((small, 0.05), "a tiny p still keeps the most likely token"),
+        Case((batch, 0.7), "a batch of 3 rows"),
+    ]
+
+
 EXERCISES: dict[str, Exercise] = {
     e.name: e
     for e in [
@@ -429,6 +484,36 @@ EXERCISES: dict[str, Exercise] = {
             hint="token embedding V*C + position embedding T*C + per layer (12*C*C + 13*C: QKV, output, "
             "two FFN matrices with 4*C hidden, their biases, two LayerNorms) + final LayerNorm 2*C; "
             "the LM head is tied to the token embedding, so it adds nothing",
+        ),
+        Exercise(
+            name="lr-schedule",
+            reference=_lr_schedule,
+            cases=_lr_schedule_cases,
+            hint="steps 0..warmup-1 climb linearly to max_lr: max_lr * (step + 1) / warmup_steps; then "
+            "progress = (step - warmup) / (total - warmup) and lr = min_lr + (max_lr - min_lr) * "
+            "(1 + cos(pi * progress)) / 2",
+        ),
+        Exercise(
+            name="clip-grad-norm",
+            reference=_clip_grad_norm,
+            cases=_clip_cases,
+            hint="one norm over ALL gradients: sqrt(sum of every squared entry); only if it exceeds "
+            "max_norm, multiply every gradient by max_norm / (norm + 1e-6)",
+        ),
+        Exercise(
+            name="top-k",
+            reference=lambda logits, k: filter_logits(logits, top_k=k),
+            cases=_top_k_cases,
+            hint="the k-th largest logit of each row is torch.topk(logits, k).values[:, -1:]; set every "
+            "logit strictly below it to -inf (not 0: softmax must give those tokens probability 0)",
+        ),
+        Exercise(
+            name="top-p",
+            reference=lambda logits, p: filter_logits(logits, top_p=p),
+            cases=_top_p_cases,
+            hint="sort each row's probabilities in decreasing order; keep a token while the probability "
+            "of the tokens BEFORE it is still below p (so the first always stays); -inf for the rest, "
+            "in the original order",
         ),
         Exercise(
             name="merge-heads",

@@ -114,6 +114,48 @@ def gpt2_parameters(V, T, C, L):
     return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
 
 
+def lr_schedule(step, max_lr, min_lr, warmup, total):
+    if step < warmup:
+        return max_lr * (step + 1) / warmup
+    progress = (step - warmup) / (total - warmup)
+    return min_lr + (max_lr - min_lr) * (1 + math.cos(math.pi * progress)) / 2
+
+
+def clip_grad_norm(grads, max_norm):
+    norm = math.sqrt(sum(float((g**2).sum()) for g in grads))
+    scale = max_norm / (norm + 1e-6) if norm > max_norm else 1.0
+    return [g * scale for g in grads]
+
+
+def top_k(logits, k):
+    kth = torch.topk(logits, k).values[:, -1:]
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p(logits, p):
+    out = torch.full_like(logits, float("-inf"))
+    for row in range(logits.shape[0]):
+        probs, order = torch.softmax(logits[row], -1).sort(descending=True)
+        before = 0.0
+        for prob, i in zip(probs.tolist(), order.tolist()):
+            if before >= p:
+                break
+            out[row, i] = logits[row, i]
+            before += prob
+    return out
+
+
+def top_p_inclusive(logits, p):
+    probs, order = torch.softmax(logits, -1).sort(-1, descending=True)
+    drop = (probs.cumsum(-1) > p).scatter(-1, order, probs.cumsum(-1) > p)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def top_p_unsorted(logits, p):
+    probs = torch.softmax(logits, -1)
+    return logits.masked_fill(probs.cumsum(-1) - probs >= p, float("-inf"))
+
+
 SOLUTIONS = {
     "bigram-counts": bigram_counts,
     "logsumexp": logsumexp,
@@ -131,6 +173,10 @@ SOLUTIONS = {
     "rope": rope,
     "layer-norm": layer_norm,
     "gpt2-parameters": gpt2_parameters,
+    "lr-schedule": lr_schedule,
+    "clip-grad-norm": clip_grad_norm,
+    "top-k": top_k,
+    "top-p": top_p,
 }
 
 
@@ -212,6 +258,26 @@ MISTAKES = {
         lambda V, T, C, L: gpt2_parameters(V, T, C, L) + V * C,  # counts the tied head twice
         lambda V, T, C, L: gpt2_parameters(V, T, C, L) - T * C,  # forgets positions
         lambda V, T, C, L: V * C + T * C + L * 12 * C * C,  # forgets biases and norms
+    ],
+    "lr-schedule": [
+        lambda s, hi, lo, w, t: hi * s / w if s < w else lr_schedule(s, hi, lo, w, t),  # warmup starts at 0
+        lambda s, hi, lo, w, t: lr_schedule(s, hi, 0.0, w, t),  # decays to 0, not min_lr
+        lambda s, hi, lo, w, t: lr_schedule(s, hi, lo, w, t) if s < w else lo + (hi - lo) * (1 + math.cos(math.pi * s / t)) / 2,  # cosine ignores warmup
+    ],
+    "clip-grad-norm": [
+        lambda gs, m: [g * min(1.0, m / (float(g.norm()) + 1e-6)) for g in gs],  # each tensor on its own
+        lambda gs, m: [g * m / math.sqrt(sum(float((x**2).sum()) for x in gs)) for g in gs],  # always rescales
+        lambda gs, m: [g * min(1.0, m / sum(float(x.norm()) for x in gs)) for g in gs],  # sum of norms
+    ],
+    "top-k": [
+        lambda logits, k: logits.masked_fill(logits < torch.topk(logits, k).values[:, -1:], 0.0),  # 0, not -inf
+        lambda logits, k: logits.masked_fill(logits <= torch.topk(logits, k).values[:, -1:], float("-inf")),  # keeps k - 1
+        lambda logits, k: torch.topk(logits, k).values,  # returns the k values, positions lost
+    ],
+    "top-p": [
+        lambda logits, p: top_p_inclusive(logits, p),  # drops the token that crosses p
+        lambda logits, p: logits.masked_fill(torch.softmax(logits, -1) < 1 - p, float("-inf")),  # a threshold, not a set
+        lambda logits, p: top_p_unsorted(logits, p),  # accumulates in vocabulary order
     ],
     "merge-heads": [
         lambda x: x.reshape(x.shape[0], x.shape[2], -1),  # no transpose
