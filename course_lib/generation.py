@@ -65,6 +65,24 @@ def sample_next(
 
 
 @torch.no_grad()
+def next_token_probs(
+    model: nn.Module, idx: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> torch.Tensor:
+    """(V,) probabilities of the token after the 1-D prompt ``idx``, as sampling would use them."""
+    was_training = model.training
+    model.eval()
+    logits = model(idx[None, -_context(model) :])[0, -1]  # (V,): the prediction after the last token
+    model.train(was_training)
+    return torch.softmax(filter_logits(logits[None] / temperature, top_k, top_p)[0], dim=-1)
+
+
+def _context(model: nn.Module) -> int:
+    if not isinstance(model, GPT):
+        raise ValueError("pass context_length: only a GPT knows its own")
+    return model.config.context_length
+
+
+@torch.no_grad()
 def stream(
     model: nn.Module,
     idx: torch.Tensor,
@@ -86,9 +104,7 @@ def stream(
     a GPT and must be False for models without a cache.
     """
     if context_length is None:
-        if not isinstance(model, GPT):
-            raise ValueError("pass context_length: only a GPT knows its own")
-        context_length = model.config.context_length
+        context_length = _context(model)
     if use_cache is None:
         use_cache = isinstance(model, GPT)
     if use_cache and not isinstance(model, GPT):

@@ -32,8 +32,10 @@ def token_pieces(tokenizer, text: str) -> list[str]:
 
 
 def visible(text: str) -> str:
-    """Make whitespace visible: spaces as ␣, newlines as ↵, tabs as →."""
-    return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "→")
+    """Make whitespace visible: spaces as ␣, newlines as ↵, tabs as →; other control
+    characters as escapes (\\x0b), which no font draws."""
+    text = text.replace(" ", "␣").replace("\n", "↵").replace("\t", "→")
+    return "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in text)
 
 
 def tokens_html(pieces: Sequence[str]) -> str:

@@ -93,3 +93,50 @@ def attention_explorer(attend: Callable[[str, bool], tuple[list[str], torch.Tens
         w.observe(draw, names="value")
     draw()
     return widgets.VBox([sentence, widgets.HBox([head, causal]), out])
+
+
+def sampling_explorer(model: torch.nn.Module, tokenizer, prompt: str = "The ", eos_id: int | None = None) -> widgets.VBox:
+    """Temperature, top-k and top-p sliders: the next-token distribution they leave, and a sample.
+
+    Bars show the 15 most likely next tokens; grey ones are removed by top-k / top-p.
+    """
+    from .generation import generate, next_token_probs
+    from .plotting import visible
+
+    text = widgets.Text(value=prompt, description="prompt", layout=widgets.Layout(width="60%"))
+    temperature = widgets.FloatSlider(value=1.0, min=0.1, max=2.0, step=0.1, description="temperature")
+    top_k = widgets.IntSlider(value=0, min=0, max=50, description="top-k (0: off)")
+    top_p = widgets.FloatSlider(value=1.0, min=0.05, max=1.0, step=0.05, description="top-p")
+    seed = widgets.IntSlider(value=0, min=0, max=20, description="seed")
+    out = widgets.Output()
+    sample = widgets.HTML()
+    device = next(model.parameters()).device
+
+    def draw(_=None) -> None:
+        ids = torch.tensor(tokenizer.encode(text.value) or [0], device=device)  # (T,)
+        options = dict(temperature=temperature.value, top_k=top_k.value or None, top_p=top_p.value if top_p.value < 1 else None)
+        plain = next_token_probs(model, ids, temperature.value)  # (V,) before filtering
+        kept = next_token_probs(model, ids, **options)  # (V,) after
+        top = torch.topk(plain, 15)
+        labels = [visible(tokenizer.decode([i])) for i in top.indices.tolist()]
+        colors = ["tab:blue" if kept[i] > 0 else "lightgrey" for i in top.indices.tolist()]
+        with out:
+            out.clear_output(wait=True)
+            _, ax = plt.subplots(figsize=(9, 3))
+            ax.bar(range(15), kept[top.indices].tolist(), color=colors)
+            ax.bar(range(15), top.values.tolist(), fill=False, edgecolor="grey", linewidth=0.8)
+            ax.set_xticks(range(15), labels, rotation=45, ha="right", fontfamily="monospace")
+            ax.set_ylabel("probability")
+            ax.set_title(f"next token: {int((kept > 0).sum())} of {len(kept)} tokens can be drawn (outline: before filtering)")
+            plt.tight_layout()
+            plt.show()
+        out_ids = generate(model, ids[None], 40, generator=torch.Generator().manual_seed(seed.value), eos_id=eos_id, **options)
+        continuation = tokenizer.decode(out_ids[0, len(ids):].tolist())
+        sample.value = (
+            "<pre style='white-space:pre-wrap'>" + html.escape(text.value) + "<b>" + html.escape(continuation) + "</b></pre>"
+        )
+
+    for w in (text, temperature, top_k, top_p, seed):
+        w.observe(draw, names="value")
+    draw()
+    return widgets.VBox([text, widgets.HBox([temperature, top_k]), widgets.HBox([top_p, seed]), out, sample])
