@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> dict:
         }
         if rank == 0:
             save_model(out / "model.safetensors", model, tokenizer=tokenizer_notes(data.tokenizer),
-                       corpus=settings["corpus"], eos_id=data.eos_id, train=asdict(trainer.config), results=results)
+                       corpus=settings["corpus"], eos_id=data.eos_id, train=asdict(trainer.config), results=results,
+                       settings=settings)
             metrics = {**results, "settings": settings, "weight_digests": digests, "history": asdict(trainer.history)}
             (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
             print(json.dumps(results), flush=True)
