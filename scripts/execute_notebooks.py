@@ -37,7 +37,22 @@ def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     )
     for cell in nb.cells:
         cell.metadata = nbformat.from_dict({k: cell.metadata[k] for k in KEPT_CELL_METADATA if k in cell.metadata})
+        if cell.cell_type == "code":
+            cell.outputs = merge_streams(cell.outputs)
     return nb
+
+
+def merge_streams(outputs: list) -> list:
+    """One output per run of printed text: a cell that streams 150 tokens with
+    ``print(piece, end="")`` is stored as one block, not 150 (nbval compares them merged too)."""
+    merged = []
+    for output in outputs:
+        previous = merged[-1] if merged else None
+        if previous and output.output_type == previous.output_type == "stream" and output.name == previous.name:
+            previous.text += output.text
+        else:
+            merged.append(output)
+    return merged
 
 
 def execute(path: Path, budget: str, threads: int, timeout: int) -> float:
