@@ -18,15 +18,16 @@ import argparse
 import copy
 import json
 import time
+from pathlib import Path
 
 import torch
+from reference import book_model
 
-from course_lib.model import GPT, GPTConfig
+from course_lib.model import GPT
 from course_lib.pretrained import CONFIG_PATH
 from course_lib.runtime import seed_everything
-from course_lib.train import prepare_data
+from course_lib.train import RUN_DEFAULTS, configs, prepare_data
 from course_lib.training import TrainConfig, Trainer, estimate_loss
-from reference import book_model
 
 
 def main() -> None:
@@ -37,11 +38,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    recipe = json.loads(open(args.config).read())
-    data = prepare_data(recipe.get("corpus", "stdlib-docs"), recipe.get("tokenizer", "bpe"), recipe.get("vocab_size", 1024))
-    architecture = {k: v for k, v in recipe.items() if k in GPTConfig.__dataclass_fields__ and k != "vocab_size"}
-    model_config = GPTConfig(**architecture, vocab_size=data.tokenizer.vocab_size)
-    base = TrainConfig(**{k: v for k, v in recipe.items() if k in TrainConfig.__dataclass_fields__})
+    recipe = {**RUN_DEFAULTS, **json.loads(Path(args.config).read_text(encoding="utf-8"))}
+    data = prepare_data(recipe["corpus"], recipe["tokenizer"], recipe["vocab_size"])
+    model_config, base = configs(recipe, data.tokenizer.vocab_size)
     makers = {"course GPT": lambda: GPT(model_config), "llms-from-scratch GPTModel": lambda: book_model(model_config)}
     budget = args.minutes * 60
     print(f"recipe {args.config}: {budget:.0f} s each, {args.threads} threads")

@@ -34,7 +34,7 @@ from .generation import generate
 from .model import GPT, GPTConfig
 from .runtime import get_device, seed_everything
 from .tokenization import ENDOFTEXT, BPETokenizer, CharTokenizer, train_bpe
-from .training import Trainer, TrainConfig, bits_per_token, estimate_loss, perplexity
+from .training import TrainConfig, Trainer, bits_per_token, estimate_loss, perplexity
 
 TOKENIZERS = ("bpe", "char")
 
@@ -71,7 +71,7 @@ def prepare_data(corpus: str = "stdlib-docs", tokenizer: str = "bpe", vocab_size
     else:
         tok = train_bpe(train_text.replace(ENDOFTEXT, "\n\n"), vocab_size, special_tokens=[ENDOFTEXT])
         encode, eos_id = (lambda t: tok.encode(t, allowed_special="all")), tok.special_tokens[ENDOFTEXT]
-    as_ids = lambda t: torch.tensor(encode(t), dtype=torch.long)  # noqa: E731
+    as_ids = lambda t: torch.tensor(encode(t), dtype=torch.long)
     return Prepared(tok, as_ids(train_text), as_ids(val_text), eos_id)
 
 
@@ -133,6 +133,15 @@ MODEL_FIELDS = {f.name for f in fields(GPTConfig)} - {"vocab_size"}
 TRAIN_FIELDS = {f.name for f in fields(TrainConfig)} - {"context_length"}  # the model's context
 
 
+def configs(settings: dict, vocab_size: int) -> tuple[GPTConfig, TrainConfig]:
+    """The model and training configs a flat settings dict (a --config file, a run's
+    ``settings``) describes, for a tokenizer of ``vocab_size`` tokens."""
+    model_config = GPTConfig(vocab_size=vocab_size, **{k: settings[k] for k in MODEL_FIELDS if k in settings})
+    train_config = TrainConfig(context_length=model_config.context_length,
+                               **{k: settings[k] for k in TRAIN_FIELDS if k in settings})
+    return model_config, train_config
+
+
 def resolve(args: argparse.Namespace) -> dict:
     """Flags over the --config file over the defaults, as one flat dict; when resuming, the
     settings saved in the checkpoint."""
@@ -165,10 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
             model = GPT(saved_config(args.resume)).to(device)
             trainer = Trainer.resume(args.resume, model, data.train_ids, data.val_ids, sample=None)
         else:
-            model_config = GPTConfig(vocab_size=data.tokenizer.vocab_size, **{k: settings[k] for k in MODEL_FIELDS if k in settings})
-            train_config = TrainConfig(
-                context_length=model_config.context_length, **{k: settings[k] for k in TRAIN_FIELDS if k in settings}
-            )
+            model_config, train_config = configs(settings, data.tokenizer.vocab_size)
             model = GPT(model_config).to(device)
             trainer = Trainer(model, data.train_ids, data.val_ids, train_config)
         trainer.sample = _sampler(data, trainer.config.context_length)
