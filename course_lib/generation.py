@@ -61,6 +61,10 @@ def sample_next(
     if temperature <= 0:
         raise ValueError(f"temperature must be positive (or use greedy=True), got {temperature}")
     probs = torch.softmax(filter_logits(logits / temperature, top_k, top_p), dim=-1)  # (B, V)
+    if generator is not None and generator.device != probs.device:
+        # draw where the generator lives (a seeded CPU generator for a model on a GPU): the
+        # same seed then gives the same tokens on every device
+        return torch.multinomial(probs.to(generator.device), 1, generator=generator).to(probs.device)
     return torch.multinomial(probs, 1, generator=generator)  # (B, 1)
 
 
@@ -71,9 +75,13 @@ def next_token_probs(
     """(V,) probabilities of the token after the 1-D prompt ``idx``, as sampling would use them."""
     was_training = model.training
     model.eval()
-    logits = model(idx[None, -_context(model) :])[0, -1]  # (V,): the prediction after the last token
+    logits = model(idx[None, -_context(model) :].to(_device(model)))[0, -1]  # (V,): the prediction after the last token
     model.train(was_training)
     return torch.softmax(filter_logits(logits[None] / temperature, top_k, top_p)[0], dim=-1)
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
 
 
 def _context(model: nn.Module) -> int:
@@ -113,6 +121,9 @@ def stream(
         raise ValueError(f"temperature must be positive (or use greedy=True), got {temperature}")
     if idx.ndim != 2 or idx.shape[1] == 0:
         raise ValueError(f"idx must be a (batch, tokens) tensor with at least one token, got shape {tuple(idx.shape)}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be 0 or more, got {max_new_tokens}")
+    idx = idx.to(_device(model))  # the prompt follows the model (a list made on the CPU, a model on the GPU)
     was_training = model.training
     model.eval()
     cache = model.new_cache(context_length) if use_cache else None
@@ -162,7 +173,7 @@ def generate(
         stream(model, idx, max_new_tokens, context_length, temperature, greedy, generator,
                top_k=top_k, top_p=top_p, eos_id=eos_id, use_cache=use_cache)
     )
-    return torch.cat([idx, *new], dim=1)  # (B, T + new)
+    return torch.cat([idx.to(_device(model)), *new], dim=1)  # (B, T + new), on the model's device
 
 
 def stream_text(
@@ -178,8 +189,7 @@ def stream_text(
     A byte-level token can end in the middle of a character; such a piece waits until the
     character is complete. The end-of-text token itself is not shown.
     """
-    device = next(model.parameters()).device
-    idx = torch.tensor([list(encode(prompt))], dtype=torch.long, device=device)  # (1, T)
+    idx = torch.tensor([list(encode(prompt))], dtype=torch.long)  # (1, T); stream moves it to the model
     ids: list[int] = []
     shown = ""
     for next_id in stream(model, idx, max_new_tokens, **options):

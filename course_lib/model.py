@@ -278,22 +278,38 @@ def gpt3_weight_table(
 _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
-def _fill(model: nn.Module, tensors: dict[str, torch.Tensor], source: str) -> None:
-    """Copy ``tensors`` into the model's parameters, demanding an exact one-to-one match."""
-    own = dict(model.named_parameters())
+def weight_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state dict with a shared tensor (a tied LM head) kept once, under its first name."""
+    tensors, seen = {}, set()
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            tensors[name] = tensor.detach()
+    return tensors
+
+
+def load_weights(model: nn.Module, tensors: Mapping[str, torch.Tensor], source: str) -> None:
+    """Copy ``tensors`` into ``model`` after checking that names and shapes match one to one.
+
+    The one place weights enter a model: GPT-2 and LLaMA state dicts, model files, checkpoints.
+    """
+    own = weight_tensors(model)
     missing = sorted(set(own) - set(tensors))
     unexpected = sorted(set(tensors) - set(own))
     if missing or unexpected:
         raise ValueError(
-            f"the {source} weights do not match this model's configuration: "
-            f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}, "
-            f"unexpected {unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}"
+            f"{source} does not fit this model: missing {missing[:5] or 'nothing'}{' ...' if len(missing) > 5 else ''}, "
+            f"unexpected {unexpected[:5] or 'nothing'}{' ...' if len(unexpected) > 5 else ''}"
         )
+    for name, tensor in own.items():
+        if tensors[name].shape != tensor.shape:
+            raise ValueError(
+                f"{source} comes from a model of another shape: {name} is {tuple(tensors[name].shape)} there "
+                f"but {tuple(tensor.shape)} in this model"
+            )
     with torch.no_grad():
-        for name, value in tensors.items():
-            if own[name].shape != value.shape:
-                raise ValueError(f"{name}: the {source} tensor has shape {tuple(value.shape)}, the model {tuple(own[name].shape)}")
-            own[name].copy_(value)
+        for name, tensor in own.items():
+            tensor.copy_(tensors[name])
 
 
 def load_gpt2_state_dict(model: GPT, state_dict: Mapping[str, torch.Tensor]) -> GPT:
@@ -315,7 +331,7 @@ def load_gpt2_state_dict(model: GPT, state_dict: Mapping[str, torch.Tensor]) -> 
                 raise ValueError("lm_head.weight differs from wte.weight, but this model ties them")
             continue
         tensors[f"transformer.{name}"] = value.t() if name.endswith(_CONV1D) else value
-    _fill(model, tensors, "GPT-2")
+    load_weights(model, tensors, "the GPT-2 state dict")
     return model
 
 
@@ -348,7 +364,7 @@ def load_llama_state_dict(model: GPT, state_dict: Mapping[str, torch.Tensor]) ->
         tensors[f"transformer.h.{i}.attn.c_attn.weight"] = torch.cat([q, k, v])
         for theirs, ours in renames.items():
             tensors[f"transformer.h.{i}.{ours}"] = state_dict[prefix + theirs]
-    _fill(model, tensors, "LLaMA")
+    load_weights(model, tensors, "the LLaMA state dict")
     return model
 
 

@@ -20,17 +20,37 @@ THREADS_ENV = "COURSE_THREADS"
 PROGRESS_ENV = "COURSE_PROGRESS"
 """Set to ``0`` to hide progress bars (the execution script does, for stored outputs)."""
 
+DEVICE_ENV = "COURSE_DEVICE"
+"""Force a device: ``cpu``, ``cuda`` or ``mps`` (the tests and the execution script use ``cpu``)."""
+
+DEVICES = ("cpu", "cuda", "mps")
+
 BUDGETS = ("full", "ci")
 
 
+def _available(kind: str) -> bool:
+    if kind == "cuda":
+        return torch.cuda.is_available()
+    if kind == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        return mps is not None and mps.is_available()
+    return kind == "cpu"
+
+
 def get_device() -> torch.device:
-    """The fastest device present: CUDA, then Apple's MPS, then the CPU."""
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+    """The device to train and generate on: ``COURSE_DEVICE`` if set, else the fastest
+    present (CUDA, then Apple's MPS, then the CPU)."""
+    forced = os.environ.get(DEVICE_ENV, "").strip().lower()
+    if forced:
+        if forced not in DEVICES:
+            raise ValueError(f"{DEVICE_ENV}={forced!r} is not a device; use one of {', '.join(DEVICES)} (or unset it)")
+        if not _available(forced):
+            raise RuntimeError(
+                f"{DEVICE_ENV}={forced!r} but this machine has no {forced.upper()} device that torch "
+                f"{torch.__version__} can use; unset {DEVICE_ENV} to pick the best one present"
+            )
+        return torch.device(forced)
+    return torch.device(next(kind for kind in ("cuda", "mps", "cpu") if _available(kind)))
 
 
 def native_bf16(device: torch.device) -> bool:
@@ -43,6 +63,28 @@ def native_bf16(device: torch.device) -> bool:
         checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
         return any(check() for check in checks if check is not None)
     return False
+
+
+def rng_state() -> dict[str, torch.Tensor]:
+    """Every random state torch draws from: the CPU's and each GPU's (dropout on CUDA draws
+    from the GPU's own generator, so a checkpoint needs it to resume exactly)."""
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            state[f"cuda.{i}"] = s
+    if _available("mps"):
+        state["mps"] = torch.mps.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict[str, torch.Tensor]) -> None:
+    """Restore what :func:`rng_state` returned (GPU states only where that GPU exists)."""
+    torch.set_rng_state(state["cpu"])
+    for key, s in state.items():
+        if key.startswith("cuda.") and int(key[5:]) < (torch.cuda.device_count() if torch.cuda.is_available() else 0):
+            torch.cuda.set_rng_state(s, int(key[5:]))
+        elif key == "mps" and _available("mps"):
+            torch.mps.set_rng_state(s)
 
 
 def seed_everything(seed: int = 1337) -> torch.Generator:

@@ -20,7 +20,7 @@ import hashlib
 import heapq
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -201,9 +201,21 @@ def _num_merges(vocab_size: int, special_tokens: Sequence[str]) -> int:
     return vocab_size - 256 - n_special
 
 
-def _pretokenize(text: str, pattern: str | None) -> list[bytes]:
-    chunks = [text] if pattern is None else regex.findall(pattern, text)
+def _pretokenize(text: str, pattern: str | None, special_tokens: Sequence[str] = ()) -> list[bytes]:
+    """The chunks BPE works within. Special tokens are hard boundaries: the text is cut at
+    each one and the token itself dropped, so no merge ever spans or learns part of one."""
+    parts = [text]
+    if special_tokens:
+        parts = regex.split("|".join(regex.escape(s) for s in sorted(special_tokens, key=len, reverse=True)), text)
+    chunks = [c for part in parts for c in ([part] if pattern is None else regex.findall(pattern, part))]
     return [c.encode("utf-8") for c in chunks if c]
+
+
+def _training_chunks(text: str, pattern: str | None, special_tokens: Sequence[str]) -> list[bytes]:
+    chunks = _pretokenize(text, pattern, special_tokens)
+    if not chunks:
+        raise ValueError("there is no text to train on: the training text is empty (or holds only special tokens)")
+    return chunks
 
 
 def _best_pair(counts: Counter, vocab: list[bytes], known: set[bytes]) -> tuple[int, int] | None:
@@ -230,7 +242,7 @@ def train_bpe_naive(
     merges by updating only the counts a merge changes.
     """
     num_merges = _num_merges(vocab_size, special_tokens)
-    chunks = [list(c) for c in _pretokenize(text, pattern)]
+    chunks = [list(c) for c in _training_chunks(text, pattern, special_tokens)]
     vocab = [bytes([b]) for b in range(256)]
     known = set(vocab)
     merges: list[tuple[int, int]] = []
@@ -262,7 +274,7 @@ def train_bpe(
     heap with lazy deletion finds the most frequent pair without scanning all of them.
     """
     num_merges = _num_merges(vocab_size, special_tokens)
-    chunk_counts = Counter(_pretokenize(text, pattern))
+    chunk_counts = Counter(_training_chunks(text, pattern, special_tokens))
     words = [list(chunk) for chunk in chunk_counts]
     freqs = list(chunk_counts.values())
 
@@ -326,37 +338,64 @@ def _trained(merges: list[tuple[int, int]], pattern: str | None, special_tokens:
 class BPETokenizer:
     """A byte-level BPE tokenizer.
 
-    State: ``vocab`` (id -> bytes), the pre-split ``pattern`` and the ``special_tokens``.
-    Encoding a chunk starts from its single bytes and repeatedly merges the adjacent pair
-    whose concatenation has the lowest id (the earliest-learned token) until no adjacent
-    pair forms a token. This is tiktoken's algorithm, so with GPT-2's ranks the ids are
-    GPT-2's ids exactly.
+    State: ``vocab`` (id -> bytes), the ordered ``merges`` (pairs of ids; a merge's rank is
+    its position in the list, not the id it creates), the pre-split ``pattern`` and the
+    ``special_tokens`` (name -> id, any ids the vocabulary does not use). Encoding a chunk
+    starts from its single bytes and repeatedly merges the adjacent pair of lowest rank until
+    no adjacent pair is a merge. With GPT-2's ranks this gives tiktoken's ids exactly.
+
+    Built by :func:`train_bpe` (:meth:`from_merges`), from a vocabulary and merges trained
+    elsewhere (:meth:`from_vocab`, :meth:`load_gpt2_files`) or from tiktoken-style ranks
+    (:meth:`from_ranks`).
     """
 
     def __init__(
         self,
-        vocab: Sequence[bytes],
+        vocab: Mapping[int, bytes],
+        merges: Sequence[tuple[int, int]],
+        special_tokens: Mapping[str, int] | None = None,
         pattern: str | None = GPT2_SPLIT_PATTERN,
-        special_tokens: dict[str, int] | None = None,
-        merges: Sequence[tuple[int, int]] | None = None,
     ):
-        self.vocab = list(vocab)
-        self.ranks = {token: i for i, token in enumerate(self.vocab)}
-        if len(self.ranks) != len(self.vocab):
-            raise ValueError("the BPE vocabulary contains duplicate tokens")
-        if len(self.vocab) < 256 or len({t for t in self.vocab if len(t) == 1}) != 256:
-            raise ValueError("a byte-level BPE vocabulary must contain all 256 single bytes")
+        self.vocab = dict(vocab)
+        self.ids = {token: i for i, token in self.vocab.items()}  # bytes -> id
+        if len(self.ids) != len(self.vocab):
+            seen: dict[bytes, int] = {}
+            for i, token in self.vocab.items():
+                if token in seen:
+                    raise ValueError(f"the BPE vocabulary contains {token!r} twice, with ids {seen[token]} and {i}")
+                seen[token] = i
+        missing = [b for b in range(256) if bytes([b]) not in self.ids]
+        if missing:
+            raise ValueError(f"a byte-level BPE vocabulary must contain all 256 single bytes; missing {missing[:5]}")
+        self._byte_ids = [self.ids[bytes([b])] for b in range(256)]
+        self.merges = [(int(a), int(b)) for a, b in merges]
+        self._merge_to: dict[tuple[int, int], tuple[int, int]] = {}  # (a, b) -> (rank, merged id)
+        for rank, (a, b) in enumerate(self.merges):
+            if a not in self.vocab or b not in self.vocab:
+                raise ValueError(f"merge {rank} ({a}, {b}) refers to an id that is not in the vocabulary")
+            merged = self.ids.get(self.vocab[a] + self.vocab[b])
+            if merged is None:
+                raise ValueError(
+                    f"merge {rank} ({self.vocab[a]!r} + {self.vocab[b]!r}) makes "
+                    f"{self.vocab[a] + self.vocab[b]!r}, which is not in the vocabulary"
+                )
+            self._merge_to.setdefault((a, b), (rank, merged))
         self.pattern = pattern
         self._split = regex.compile(pattern) if pattern is not None else None
         self.special_tokens = dict(special_tokens or {})
         for name, i in self.special_tokens.items():
-            if i < len(self.vocab) or list(self.special_tokens.values()).count(i) > 1:
+            if i in self.vocab or list(self.special_tokens.values()).count(i) > 1 or i < 0:
                 raise ValueError(
-                    f"special token {name!r} has id {i}, which is already used; "
-                    f"special ids must be unique and >= {len(self.vocab)}"
+                    f"special token {name!r} has id {i}, which is already used; a special token needs an id "
+                    "of its own, not one of the vocabulary's or another special token's"
                 )
+            if name.encode("utf-8") in self.ids:
+                raise ValueError(f"special token {name!r} is also an ordinary token (id {self.ids[name.encode()]})")
         self.inverse_special = {i: name for name, i in self.special_tokens.items()}
-        self.merges = list(merges) if merges is not None else None
+        self._special_split = (
+            regex.compile("|".join(regex.escape(t) for t in sorted(self.special_tokens, key=len, reverse=True)))
+            if self.special_tokens else None
+        )
         self._cache: dict[bytes, list[int]] = {}
 
     @classmethod
@@ -366,17 +405,59 @@ class BPETokenizer:
         pattern: str | None = GPT2_SPLIT_PATTERN,
         special_tokens: dict[str, int] | None = None,
     ) -> BPETokenizer:
-        """Bytes 0..255 are ids 0..255; merge ``k`` creates id ``256 + k``."""
-        vocab = [bytes([b]) for b in range(256)]
+        """The course's own layout: bytes 0..255 are ids 0..255, merge ``k`` creates id ``256 + k``."""
+        vocab = {b: bytes([b]) for b in range(256)}
         for k, (a, b) in enumerate(merges):
-            if not (0 <= a < len(vocab) and 0 <= b < len(vocab)):
+            if a not in vocab or b not in vocab:
                 raise ValueError(f"merge {k} refers to ids ({a}, {b}) that do not exist yet")
-            vocab.append(vocab[a] + vocab[b])
-        return cls(vocab, pattern, special_tokens, merges=merges)
+            vocab[256 + k] = vocab[a] + vocab[b]
+        return cls(vocab, merges, special_tokens, pattern)
+
+    @classmethod
+    def from_vocab(
+        cls,
+        vocab: Mapping[int, bytes],
+        merges: Sequence[tuple[bytes, bytes]],
+        special_tokens: Mapping[str, int] | None = None,
+        pattern: str | None = GPT2_SPLIT_PATTERN,
+    ) -> BPETokenizer:
+        """A tokenizer trained elsewhere: ``vocab`` (id -> bytes, any ids), ``merges`` as pairs of
+        byte strings in rank order, special tokens with any ids the vocabulary leaves free."""
+        ids = {token: i for i, token in vocab.items()}
+        pairs = []
+        for rank, (a, b) in enumerate(merges):
+            for part in (a, b):
+                if part not in ids:
+                    raise ValueError(f"merge {rank} ({a!r}, {b!r}): {part!r} is not in the vocabulary")
+            pairs.append((ids[a], ids[b]))
+        return cls(vocab, pairs, special_tokens, pattern)
+
+    @classmethod
+    def from_ranks(
+        cls, ranks: Mapping[bytes, int], special_tokens: Mapping[str, int] | None = None, pattern: str | None = GPT2_SPLIT_PATTERN
+    ) -> BPETokenizer:
+        """tiktoken's form (token -> rank = id, no merge list): each token's merge is recovered
+        as the two pieces that BPE with only the lower ranks leaves of its bytes."""
+        merges = []
+        for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+            if len(token) == 1:
+                continue
+            parts = [token[i : i + 1] for i in range(len(token))]
+            while len(parts) > 2:
+                scores = [ranks.get(parts[i] + parts[i + 1], rank) for i in range(len(parts) - 1)]
+                best = min(range(len(scores)), key=scores.__getitem__)
+                if scores[best] >= rank:
+                    break
+                parts[best : best + 2] = [parts[best] + parts[best + 1]]
+            if len(parts) != 2:
+                raise ValueError(f"token {token!r} (rank {rank}) cannot be made by merging two lower-ranked tokens")
+            merges.append((parts[0], parts[1]))
+        return cls.from_vocab({i: t for t, i in ranks.items()}, merges, special_tokens, pattern)
 
     @property
     def vocab_size(self) -> int:
-        return len(self.vocab) + len(self.special_tokens)
+        """One more than the largest id: the rows a model's embedding needs."""
+        return 1 + max(max(self.vocab), max(self.special_tokens.values(), default=-1))
 
     # -- encoding ------------------------------------------------------------------------
 
@@ -384,17 +465,17 @@ class BPETokenizer:
         cached = self._cache.get(chunk)
         if cached is not None:
             return cached
-        parts = [chunk[i : i + 1] for i in range(len(chunk))]
-        while len(parts) > 1:
-            best, best_rank = -1, len(self.vocab)
-            for i in range(len(parts) - 1):
-                rank = self.ranks.get(parts[i] + parts[i + 1], best_rank)
-                if rank < best_rank:  # strict: the leftmost pair wins a tie
-                    best, best_rank = i, rank
+        ids = [self._byte_ids[b] for b in chunk]
+        merge_to = self._merge_to
+        while len(ids) > 1:
+            best, best_rank, best_id = -1, len(self.merges), -1
+            for i in range(len(ids) - 1):
+                found = merge_to.get((ids[i], ids[i + 1]))
+                if found is not None and found[0] < best_rank:  # strict: the leftmost pair wins a tie
+                    best, (best_rank, best_id) = i, found
             if best < 0:
                 break
-            parts[best : best + 2] = [parts[best] + parts[best + 1]]
-        ids = [self.ranks[p] for p in parts]
+            ids[best : best + 2] = [best_id]
         if len(self._cache) < 100_000:
             self._cache[chunk] = ids
         return ids
@@ -406,23 +487,31 @@ class BPETokenizer:
             ids.extend(self._encode_chunk(chunk))
         return ids
 
+    def _allowed(self, allowed_special: Iterable[str] | str) -> set[str]:
+        allowed = set(self.special_tokens) if allowed_special == "all" else set(allowed_special)
+        unknown = allowed - set(self.special_tokens)
+        if unknown:
+            raise ValueError(f"not special tokens of this tokenizer: {sorted(unknown)}")
+        return allowed
+
+    @staticmethod
+    def _disallowed(name: str) -> ValueError:
+        return ValueError(
+            f"the text contains the special token {name!r}. Pass "
+            f"allowed_special={{{name!r}}} to encode it as a special token, or use "
+            "encode_ordinary() to encode it as plain text"
+        )
+
     def encode(self, text: str, allowed_special: Iterable[str] | str = ()) -> list[int]:
         """Encode ``text``; special tokens are recognised only if listed in ``allowed_special``.
 
         Like tiktoken, a special-token string in the text that is not allowed raises an
         error instead of being silently encoded as ordinary text.
         """
-        allowed = set(self.special_tokens) if allowed_special == "all" else set(allowed_special)
-        unknown = allowed - set(self.special_tokens)
-        if unknown:
-            raise ValueError(f"not special tokens of this tokenizer: {sorted(unknown)}")
+        allowed = self._allowed(allowed_special)
         for name in self.special_tokens:
             if name not in allowed and name in text:
-                raise ValueError(
-                    f"the text contains the special token {name!r}. Pass "
-                    f"allowed_special={{{name!r}}} to encode it as a special token, or use "
-                    "encode_ordinary() to encode it as plain text"
-                )
+                raise self._disallowed(name)
         if not allowed:
             return self.encode_ordinary(text)
         splitter = "(" + "|".join(regex.escape(s) for s in sorted(allowed, key=len, reverse=True)) + ")"
@@ -434,17 +523,46 @@ class BPETokenizer:
                 ids.extend(self.encode_ordinary(part))
         return ids
 
+    def encode_iterable(self, texts: Iterable[str], allowed_special: Iterable[str] | str = ()) -> Iterator[int]:
+        """Yield the ids of the concatenated ``texts`` (lines of a file, chunks of a stream)
+        lazily: the same ids as :meth:`encode` of the whole, in memory bounded by the longest
+        pre-token rather than by the input.
+
+        Only the unfinished tail is kept between pieces: the last two pre-tokens (a chunk can
+        still grow or split when more text arrives: ``"it'"`` + ``"ll"``) and anything that
+        could be the start of a special token cut by a piece boundary.
+        """
+        allowed = self._allowed(allowed_special)
+        prefixes = {name[:k] for name in self.special_tokens for k in range(1, len(name))}
+        longest = max(map(len, prefixes), default=0)
+        buffer = ""
+        for piece in texts:
+            buffer += piece
+            while self._special_split is not None and (found := self._special_split.search(buffer)):
+                if found.group() not in allowed:
+                    raise self._disallowed(found.group())
+                yield from self.encode_ordinary(buffer[: found.start()])
+                yield self.special_tokens[found.group()]
+                buffer = buffer[found.end() :]
+            held = max((k for k in range(1, min(longest, len(buffer)) + 1) if buffer[-k:] in prefixes), default=0)
+            if self._split is None:
+                continue  # without pre-splitting the whole text is one chunk: nothing is final
+            chunks = self._split.findall(buffer, 0, len(buffer) - held)
+            done = sum(len(c) for c in chunks[:-2])
+            for chunk in chunks[:-2]:
+                yield from self._encode_chunk(chunk.encode("utf-8"))
+            buffer = buffer[done:]
+        yield from self.encode(buffer, allowed)
+
     # -- decoding ------------------------------------------------------------------------
 
     def token_bytes(self, token_id: int) -> bytes:
-        if 0 <= token_id < len(self.vocab):
-            return self.vocab[token_id]
+        token = self.vocab.get(token_id)
+        if token is not None:
+            return token
         if token_id in self.inverse_special:
             return self.inverse_special[token_id].encode("utf-8")
-        raise ValueError(
-            f"token id {token_id} is outside the vocabulary (valid ids are 0..{len(self.vocab) - 1}"
-            + (f" and special ids {sorted(self.inverse_special)})" if self.inverse_special else ")")
-        )
+        raise ValueError(f"token id {token_id} is outside the vocabulary (valid ids are 0..{self.vocab_size - 1})")
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         return b"".join(self.token_bytes(int(i)) for i in ids)
@@ -465,10 +583,12 @@ class BPETokenizer:
 
     def dumps(self) -> str:
         """The text :meth:`save` writes (also stored inside model files)."""
-        if self.merges is None:
+        if any(self.vocab.get(i) != (bytes([i]) if i < 256 else None) for i in range(256)) or any(
+            self.vocab.get(256 + k) != self.vocab[a] + self.vocab[b] for k, (a, b) in enumerate(self.merges)
+        ) or len(self.vocab) != 256 + len(self.merges):
             raise ValueError(
-                "this tokenizer was built from ranks, not trained merges; only trained "
-                "tokenizers can be saved (GPT-2's ranks already ship with course_lib)"
+                "this tokenizer's ids do not follow the course layout (bytes 0..255, then one id per merge); "
+                "save it with save_gpt2_files() instead"
             )
         lines = [
             BPE_FILE_HEADER,
@@ -520,9 +640,51 @@ class BPETokenizer:
         except ValueError as err:
             raise fail(str(err)) from None
 
+    def save_gpt2_files(self, folder: str | Path) -> tuple[Path, Path]:
+        """Write GPT-2-style ``vocab.json`` (token text -> id, special tokens included) and
+        ``merges.txt`` (one merge per line, in rank order), as Hugging Face tokenizers read them."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        show = lambda token: "".join(BYTE_TO_UNICODE[b] for b in token)  # noqa: E731
+        vocab = {show(token): i for i, token in sorted(self.vocab.items())} | self.special_tokens
+        merges = [f"{show(self.vocab[a])} {show(self.vocab[b])}" for a, b in self.merges]
+        vocab_path, merges_path = folder / "vocab.json", folder / "merges.txt"
+        vocab_path.write_text(json.dumps(vocab, ensure_ascii=False) + "\n", encoding="utf-8")
+        merges_path.write_text("#version: 0.2\n" + "".join(m + "\n" for m in merges), encoding="utf-8")
+        return vocab_path, merges_path
+
+    @classmethod
+    def load_gpt2_files(
+        cls, vocab_path: str | Path, merges_path: str | Path, pattern: str | None = GPT2_SPLIT_PATTERN
+    ) -> BPETokenizer:
+        """Read GPT-2-style ``vocab.json`` + ``merges.txt``. An entry of the vocabulary that is
+        neither a single byte nor made by a merge is a special token (GPT-2's ``<|endoftext|>``)."""
+        entries = json.loads(Path(vocab_path).read_text(encoding="utf-8"))
+        shared = sorted({i for i in entries.values() if list(entries.values()).count(i) > 1}) if len(
+            set(entries.values())) != len(entries) else []
+        if shared:
+            raise TokenizerFileError(f"{vocab_path}: ids {', '.join(map(str, shared[:5]))} are used by more than one token")
+        merges = []
+        for number, line in enumerate(Path(merges_path).read_text(encoding="utf-8").splitlines(), 1):
+            if not line or line.startswith("#version"):
+                continue
+            parts = line.split(" ")
+            if len(parts) != 2:
+                raise TokenizerFileError(f"{merges_path}, line {number}: expected two tokens separated by a space, got {line!r}")
+            merges.append(tuple(_from_gpt2_text(part, f"{merges_path}, line {number}") for part in parts))
+        made = {a + b for a, b in merges}
+        vocab, special = {}, {}
+        for text, i in entries.items():
+            token = _from_gpt2_text(text, str(vocab_path), strict=False)
+            if token is not None and (len(token) == 1 or token in made):
+                vocab[i] = token
+            else:
+                special[text] = i
+        return cls.from_vocab(vocab, merges, special, pattern)
+
     def __repr__(self) -> str:
         return (
-            f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.vocab) - 256}, "
+            f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
             f"special_tokens={self.special_tokens}, pattern={'GPT-2' if self.pattern == GPT2_SPLIT_PATTERN else self.pattern!r})"
         )
 
@@ -570,7 +732,30 @@ def gpt2_encoding():
 
 
 def gpt2_tokenizer() -> BPETokenizer:
-    """The course's own BPE encoder loaded with GPT-2's ranks: same ids as tiktoken."""
-    ranks = load_gpt2_ranks()
-    vocab = sorted(ranks, key=ranks.__getitem__)
-    return BPETokenizer(vocab, GPT2_SPLIT_PATTERN, {ENDOFTEXT: GPT2_VOCAB_SIZE - 1})
+    """The course's own BPE encoder with GPT-2's vocabulary and merges (recovered from the
+    shipped ranks): the same ids as tiktoken."""
+    return BPETokenizer.from_ranks(load_gpt2_ranks(), {ENDOFTEXT: GPT2_VOCAB_SIZE - 1})
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's table from bytes to printable characters, used to write tokens as text in
+    ``vocab.json`` / ``merges.txt``: printable Latin-1 bytes stand for themselves, the other
+    68 (controls, space, soft hyphen...) are shifted to U+0100 onwards in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    shifted = (b for b in range(256) if b not in printable)
+    table = {b: chr(b) for b in printable}
+    table.update({b: chr(256 + n) for n, b in enumerate(shifted)})
+    return dict(sorted(table.items()))
+
+
+BYTE_TO_UNICODE = _bytes_to_unicode()
+UNICODE_TO_BYTE = {c: b for b, c in BYTE_TO_UNICODE.items()}
+
+
+def _from_gpt2_text(text: str, where: str, strict: bool = True) -> bytes | None:
+    try:
+        return bytes(UNICODE_TO_BYTE[c] for c in text)
+    except KeyError:
+        if not strict:
+            return None
+        raise TokenizerFileError(f"{where}: {text!r} is not a token written with GPT-2's byte-to-text table") from None

@@ -18,12 +18,11 @@ Any model mapping (B, T) token ids to (B, T, V) logits trains with :class:`Train
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -32,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .checkpoints import CHECKPOINT_FORMAT, load_model_tensors, model_tensors, read_file, write_file
+from .checkpoints import CheckpointError, read_checkpoint, save_checkpoint
 from .data import SlidingWindowDataset
 from .runtime import native_bf16, show_progress
 
@@ -321,23 +320,8 @@ class Trainer:
         """Write a checkpoint (rank 0 only under DDP), atomically, without pickle; ``notes``
         (JSON-ready) are stored beside the state, e.g. how the data was prepared."""
         if self.rank == 0:
-            tensors = {f"model.{name}": t for name, t in model_tensors(self.model).items()}
-            state = self.optimizer.state_dict()
-            for index, moments in state["state"].items():
-                for name, t in moments.items():
-                    tensors[f"optimizer.{index}.{name}"] = t  # AdamW's step, exp_avg, exp_avg_sq
-            tensors["rng.torch"] = torch.get_rng_state()  # dropout draws from it
-            metadata = {
-                "format": CHECKPOINT_FORMAT,
-                "step": str(self.step),
-                "train_config": json.dumps(asdict(self.config)),
-                "param_groups": json.dumps(state["param_groups"]),
-                "history": json.dumps(asdict(self.history)),
-            }
-            if is_dataclass(getattr(self.model, "config", None)):
-                metadata["model_config"] = json.dumps(asdict(self.model.config))
-            metadata.update({key: json.dumps(value) for key, value in notes.items()})
-            write_file(path, tensors, metadata)
+            extra = {"train_config": asdict(self.config), "history": asdict(self.history), **notes}
+            save_checkpoint(path, self.model, self.optimizer, step=self.step, extra=extra)
         if self.world_size > 1:
             dist.barrier()
 
@@ -346,24 +330,15 @@ class Trainer:
         """A trainer that continues the run saved at ``path``: same config, weights, optimizer
         moments, step, history and random state, so the rest of the run is what it would have
         been without the interruption. ``model`` must have the saved shapes."""
-        tensors, metadata = read_file(path, CHECKPOINT_FORMAT)
-        weights = {k.removeprefix("model."): t for k, t in tensors.items() if k.startswith("model.")}
-        load_model_tensors(model, weights, str(path))
-        trainer = cls(model, train_ids, val_ids, TrainConfig(**json.loads(metadata["train_config"])), **options)
-        moments: dict[int, dict[str, torch.Tensor]] = {}
-        for key, t in tensors.items():
-            if key.startswith("optimizer."):
-                _, index, name = key.split(".", 2)
-                moments.setdefault(int(index), {})[name] = t.to(trainer.device)
-        groups = json.loads(metadata["param_groups"])
-        for group in groups:
-            group["betas"] = tuple(group["betas"])
-        trainer.optimizer.load_state_dict({"state": moments, "param_groups": groups})
-        trainer.step = int(metadata["step"])
-        history = json.loads(metadata["history"])
+        checkpoint = read_checkpoint(path)
+        if "train_config" not in checkpoint.extra:
+            raise CheckpointError(f"{path} was not written by a Trainer (it has no train_config); use load_checkpoint")
+        trainer = cls(model, train_ids, val_ids, TrainConfig(**checkpoint.extra["train_config"]), **options)
+        checkpoint.restore(model, trainer.optimizer)
+        trainer.step = checkpoint.step
+        history = checkpoint.extra["history"]
         history["samples"] = [tuple(s) for s in history["samples"]]
         trainer.history = History(**history)
-        torch.set_rng_state(tensors["rng.torch"])
         return trainer
 
 

@@ -232,10 +232,141 @@ def test_corrupted_files_raise_clear_errors(trained, tmp_path, damage, message):
         BPETokenizer.load(path)
 
 
-def test_rank_built_tokenizer_cannot_be_saved(course_gpt2, tmp_path):
-    with pytest.raises(ValueError, match="only trained tokenizers"):
+def test_a_tokenizer_outside_the_course_layout_is_saved_as_gpt2_files(course_gpt2, tmp_path):
+    with pytest.raises(ValueError, match="do not follow the course layout.*save_gpt2_files"):
         course_gpt2.save(tmp_path / "gpt2.bpe")
     assert not (tmp_path / "gpt2.bpe").exists()
+
+
+# -- special tokens are hard boundaries in training ----------------------------------------
+
+
+def test_training_never_learns_a_piece_of_a_special_token():
+    docs = ["the cat sat on the mat", "a dog ran in the fog", "we sat and ran and sat"] * 30
+    text = ENDOFTEXT.join(docs)
+    fast, naive = (train(text, 300, special_tokens=[ENDOFTEXT]) for train in (train_bpe, train_bpe_naive))
+    assert fast.merges == naive.merges
+    learned = [t for i, t in fast.vocab.items() if i >= 256]
+    assert not any(part in t for t in learned for part in (b"<", b"|", b">", b"endof", b"oftext")), learned
+    assert not any(t.endswith(b"mat") and len(t) > 4 for t in learned)  # "mat<|endoftext|>a" never merges across
+    ids = fast.encode(text, allowed_special="all")
+    assert ids.count(fast.special_tokens[ENDOFTEXT]) == len(docs) - 1
+
+
+@pytest.mark.parametrize("text", ["", ENDOFTEXT * 3])
+def test_training_on_no_text_is_an_error(text):
+    with pytest.raises(ValueError, match="no text to train on"):
+        train_bpe(text, 300, special_tokens=[ENDOFTEXT])
+
+
+# -- streaming encoding ----------------------------------------------------------------------
+
+TRICKY = (
+    "It's what we'll see: they've   gone,\n\n  I'd say.<|endoftext|>Next   doc 123 4567\t\t x  \n"
+    "café 東京 🎉<|endoftext|><|endoftext|>'ll 're end <|endof text|> <| |>  "
+)
+
+
+@pytest.mark.parametrize("name", ["trained", "course_gpt2"])
+def test_encode_iterable_equals_encode_for_every_cut(name, request):
+    tok = request.getfixturevalue(name)
+    whole = tok.encode(TRICKY, allowed_special="all")
+    for cut in range(len(TRICKY) + 1):
+        assert list(tok.encode_iterable([TRICKY[:cut], TRICKY[cut:]], allowed_special="all")) == whole, cut
+    for a in range(0, len(TRICKY), 3):  # three pieces, cut at every pair of positions a < b
+        for b in range(a, len(TRICKY) + 1):
+            pieces = [TRICKY[:a], TRICKY[a:b], TRICKY[b:]]
+            assert list(tok.encode_iterable(pieces, allowed_special="all")) == whole, (a, b)
+    assert list(tok.encode_iterable(TRICKY, allowed_special="all")) == whole  # one character at a time
+
+
+ATOMS = [*"ab '\n\t.1é🎉", ENDOFTEXT, "<|", "|>", "'ll", "  "]
+
+
+@given(st.lists(st.lists(st.sampled_from(ATOMS), max_size=6).map("".join), max_size=8))
+def test_encode_iterable_equals_encode_on_random_pieces(trained, pieces):
+    whole = "".join(pieces)
+    assert list(trained.encode_iterable(pieces, allowed_special="all")) == trained.encode(whole, allowed_special="all")
+
+
+def test_encode_iterable_refuses_a_special_token_that_is_not_allowed(trained):
+    with pytest.raises(ValueError, match="contains the special token"):
+        list(trained.encode_iterable(["abc <|endof", "text|> d"]))
+
+
+def test_encode_iterable_memory_does_not_grow_with_the_input(trained, corpus):
+    import tracemalloc
+
+    lines = corpus[:200_000].splitlines(keepends=True)
+
+    def peak(repeats: int) -> int:
+        tracemalloc.start()
+        count = sum(1 for _ in trained.encode_iterable(line for _ in range(repeats) for line in lines))
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert count > 0
+        return peak_bytes
+
+    small, large = peak(1), peak(10)  # 0.2 MB and 2 MB of text
+    assert large < small + 256 * 1024, (small, large)  # not ten times the memory
+    assert large < 4 * 1024 * 1024
+
+
+# -- tokenizers trained elsewhere --------------------------------------------------------------
+
+
+def test_gpt2_vocab_and_merges_files_give_tiktokens_ids(course_gpt2, tiktoken_gpt2, corpus, tmp_path):
+    vocab_path, merges_path = course_gpt2.save_gpt2_files(tmp_path)
+    assert merges_path.read_text(encoding="utf-8").splitlines()[:3] == ["#version: 0.2", "Ġ t", "Ġ a"]
+    loaded = BPETokenizer.load_gpt2_files(vocab_path, merges_path)
+    assert loaded.special_tokens == {ENDOFTEXT: 50256} and loaded.vocab_size == 50257
+    assert loaded.merges == course_gpt2.merges and loaded.vocab == course_gpt2.vocab
+    assert loaded.encode(corpus, allowed_special="all") == tiktoken_gpt2.encode(corpus, allowed_special="all")
+    for text in HARD_STRINGS:
+        assert loaded.encode(text, allowed_special="all") == tiktoken_gpt2.encode(text, allowed_special="all")
+        assert loaded.decode(loaded.encode(text, allowed_special="all")) == text
+
+
+def test_a_vocabulary_with_any_ids_and_a_special_token_at_id_0(trained, corpus):
+    """Shift every id up by one and put <|endoftext|> at 0 (as SmolLM2 does): same text, ids + 1."""
+    vocab = {i + 1: t for i, t in trained.vocab.items()}
+    merges = [(trained.vocab[a], trained.vocab[b]) for a, b in trained.merges]
+    shifted = BPETokenizer.from_vocab(vocab, merges, {ENDOFTEXT: 0}, pattern=trained.pattern)
+    text = corpus[:3000] + ENDOFTEXT + " the end"
+    expected = [0 if i == trained.special_tokens[ENDOFTEXT] else i + 1 for i in trained.encode(text, allowed_special="all")]
+    assert shifted.encode(text, allowed_special="all") == expected
+    assert shifted.decode(expected) == text and shifted.vocab_size == trained.vocab_size
+
+
+def test_rank_is_the_position_in_the_merge_list_not_the_id():
+    vocab = {b: bytes([b]) for b in range(256)} | {300: b"ab", 301: b"bc"}
+    first_ab = BPETokenizer.from_vocab(vocab, [(b"a", b"b"), (b"b", b"c")], pattern=None)
+    first_bc = BPETokenizer.from_vocab(vocab, [(b"b", b"c"), (b"a", b"b")], pattern=None)
+    assert first_ab.encode("abc") == [300, ord("c")] and first_bc.encode("abc") == [ord("a"), 301]
+
+
+def test_tokenizers_trained_elsewhere_fail_clearly(tmp_path):
+    vocab = {b: bytes([b]) for b in range(256)} | {256: b"ab"}
+    with pytest.raises(ValueError, match=r"merge 0 \(b'a', b'x!'\): b'x!' is not in the vocabulary"):
+        BPETokenizer.from_vocab(vocab, [(b"a", b"x!")])
+    with pytest.raises(ValueError, match="makes b'ba', which is not in the vocabulary"):
+        BPETokenizer.from_vocab(vocab, [(b"b", b"a")])
+    with pytest.raises(ValueError, match=r"contains b'ab' twice, with ids 256 and 257"):
+        BPETokenizer.from_vocab(vocab | {257: b"ab"}, [(b"a", b"b")])
+    with pytest.raises(ValueError, match="special token '<s>' has id 256, which is already used"):
+        BPETokenizer.from_vocab(vocab, [(b"a", b"b")], {"<s>": 256})
+    with pytest.raises(ValueError, match="special token 'ab' is also an ordinary token"):
+        BPETokenizer.from_vocab(vocab, [(b"a", b"b")], {"ab": 300})
+    with pytest.raises(ValueError, match="must contain all 256 single bytes"):
+        BPETokenizer.from_vocab({0: b"a"}, [])
+    (tmp_path / "vocab.json").write_text('{"a": 0, "b": 0}')
+    (tmp_path / "merges.txt").write_text("#version: 0.2\na b\n")
+    with pytest.raises(TokenizerFileError, match="ids 0 are used by more than one token"):
+        BPETokenizer.load_gpt2_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
+    (tmp_path / "vocab.json").write_text('{"a": 0, "b": 1}')
+    (tmp_path / "merges.txt").write_text("#version: 0.2\na b c\n")
+    with pytest.raises(TokenizerFileError, match="line 2: expected two tokens"):
+        BPETokenizer.load_gpt2_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
 
 
 # -- character and word tokenizers -----------------------------------------------------------
