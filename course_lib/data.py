@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from .tokenization import ENDOFTEXT, BPETokenizer, CharTokenizer, train_bpe
+
 DEFAULT_CORPUS = "stdlib-docs"
 CACHE_ENV = "COURSE_DATA_DIR"
 
@@ -196,3 +198,46 @@ def make_dataloader(
         num_workers=num_workers,
         generator=torch.Generator().manual_seed(seed),
     )
+
+
+# --------------------------------------------------------------------------------------
+# A corpus made ready for training a language model
+# --------------------------------------------------------------------------------------
+
+TOKENIZERS = ("bpe", "char")
+
+
+@dataclass
+class Prepared:
+    """A corpus made ready for training: its tokenizer and the two token streams."""
+
+    tokenizer: BPETokenizer | CharTokenizer
+    train_ids: torch.Tensor  # (N_train,)
+    val_ids: torch.Tensor  # (N_val,)
+    eos_id: int | None  # the end-of-text token between documents, if the tokenizer has one
+
+
+def prepare_data(corpus: str = "stdlib-docs", tokenizer: str = "bpe", vocab_size: int = 1024, val_fraction: float = 0.1) -> Prepared:
+    """Corpus -> tokenizer trained on the training text only -> train and validation ids.
+
+    The last ``val_fraction`` of the text is validation. With BPE, the offline corpus's
+    documents are separated by an end-of-text token, so a model learns where a topic ends.
+    """
+    if tokenizer not in TOKENIZERS:
+        raise ValueError(f"unknown tokenizer {tokenizer!r}; choose one of {', '.join(TOKENIZERS)}")
+    if tokenizer == "bpe" and corpus == DEFAULT_CORPUS:
+        text = ENDOFTEXT.join(stdlib_docs())
+    else:
+        text = load_corpus(corpus)
+    cut = int(len(text) * (1 - val_fraction))
+    if ENDOFTEXT in text:  # split between documents, never inside the end-of-text marker
+        cut = text.find(ENDOFTEXT, cut) if ENDOFTEXT in text[cut:] else cut
+    train_text, val_text = text[:cut], text[cut:]
+    if tokenizer == "char":
+        tok = CharTokenizer.from_text(text)
+        encode, eos_id = tok.encode, None
+    else:
+        tok = train_bpe(train_text, vocab_size, special_tokens=[ENDOFTEXT])  # never merges across a document end
+        encode, eos_id = (lambda t: tok.encode(t, allowed_special="all")), tok.special_tokens[ENDOFTEXT]
+    as_ids = lambda t: torch.tensor(encode(t), dtype=torch.long)
+    return Prepared(tok, as_ids(train_text), as_ids(val_text), eos_id)

@@ -177,6 +177,8 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """Logits for every position. With a ``cache`` (see :meth:`new_cache`), ``idx`` holds
         the tokens that follow the cached ones, and their keys and values join the cache."""
+        if not torch.compiler.is_compiling():  # one min/max per call; a compiled graph skips it
+            check_token_ids(idx, self.config.vocab_size)
         x = self.embed(idx, offset=cache.length if cache is not None else 0)
         for i, block in enumerate(self.transformer.h):
             x = block(x, cache.layers[i] if cache is not None else None)
@@ -189,6 +191,27 @@ class GPT(nn.Module):
     def num_parameters(self) -> int:
         """Distinct parameters (a tied weight counts once)."""
         return sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
+
+
+def check_token_ids(idx: torch.Tensor, vocab_size: int) -> None:
+    """Refuse what an embedding cannot look up, naming the problem instead of torch's
+    "index out of range in self" (or a device-side assert on a GPU)."""
+    if not isinstance(idx, torch.Tensor):
+        raise TypeError(f"token ids must be a tensor of shape (batch, tokens), got {type(idx).__name__}")
+    if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+        raise TypeError(f"token ids must be integers (torch.long), got {idx.dtype}; did you pass embeddings or probabilities?")
+    if idx.ndim != 2:
+        hint = " (add a batch dimension: ids[None])" if idx.ndim == 1 else ""
+        raise ValueError(f"token ids must have shape (batch, tokens), got {tuple(idx.shape)}{hint}")
+    if idx.shape[1] == 0:
+        raise ValueError("the sequence is empty: a model needs at least one token to predict from")
+    low, high = (int(v) for v in torch.aminmax(idx))
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"token id {bad} is outside this model's vocabulary of {vocab_size} (valid ids are 0..{vocab_size - 1}); "
+            "is the tokenizer the one the model was trained with?"
+        )
 
 
 def tie_weights(model: GPT) -> None:

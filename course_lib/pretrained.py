@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from .train import load_trained
+from .checkpoints import load_model
+from .tokenization import tokenizer_from_dict
 
 ASSETS = Path(__file__).parent / "assets"
 MODEL_PATH = ASSETS / "course_gpt.safetensors"
@@ -24,4 +25,5 @@ CONFIG_PATH = ASSETS / "course_gpt.json"
 def load_pretrained(path: str | Path = MODEL_PATH, device: torch.device | str = "cpu"):
     """``(model, tokenizer, notes)``: the shipped model, or any ``model.safetensors`` of the
     command line / notebook 08. The model is in eval mode."""
-    return load_trained(path, device)
+    model, notes = load_model(path, device)
+    return model, tokenizer_from_dict(notes["tokenizer"]), notes

@@ -759,3 +759,24 @@ def _from_gpt2_text(text: str, where: str, strict: bool = True) -> bytes | None:
         if not strict:
             return None
         raise TokenizerFileError(f"{where}: {text!r} is not a token written with GPT-2's byte-to-text table") from None
+
+
+# --------------------------------------------------------------------------------------
+# A tokenizer inside a model file
+# --------------------------------------------------------------------------------------
+
+
+def tokenizer_to_dict(tokenizer: BPETokenizer | CharTokenizer) -> dict:
+    """The tokenizer as JSON-ready data, to store inside a model file."""
+    if isinstance(tokenizer, CharTokenizer):
+        return {"kind": "char", "chars": tokenizer.itos}
+    return {"kind": "bpe", "text": tokenizer.dumps()}
+
+
+def tokenizer_from_dict(data: dict) -> BPETokenizer | CharTokenizer:
+    """The tokenizer :func:`tokenizer_to_dict` stored."""
+    if data.get("kind") == "char":
+        return CharTokenizer(data["chars"])
+    if data.get("kind") == "bpe":
+        return BPETokenizer.loads(data["text"], "the tokenizer stored in the model file")
+    raise TokenizerFileError(f"unknown kind of stored tokenizer {data.get('kind')!r}; expected 'bpe' or 'char'")

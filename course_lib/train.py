@@ -10,7 +10,7 @@ Every field of :class:`~course_lib.model.GPTConfig` and
 :class:`~course_lib.training.TrainConfig` is a flag (``--n-layers``, ``--warmup-steps``...);
 ``--config`` reads defaults from a JSON file of the same names. The run writes to ``--out``:
 ``checkpoint.safetensors`` (every ``--save-every`` steps and at the end, to resume from),
-``model.safetensors`` (weights, config, tokenizer and results, for :func:`load_model`) and
+``model.safetensors`` (weights, config, tokenizer and results, for :func:`~course_lib.pretrained.load_pretrained`) and
 ``metrics.json`` (history, wall time, and each rank's weight digest).
 """
 
@@ -22,71 +22,19 @@ import json
 import os
 import sys
 import time
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from .checkpoints import load_model, read_metadata, save_model, saved_config
-from .data import load_corpus, stdlib_docs
+from .checkpoints import read_metadata, save_model, saved_config
+from .data import TOKENIZERS, Prepared, prepare_data
 from .generation import generate
 from .model import GPT, GPTConfig
 from .runtime import get_device, seed_everything
-from .tokenization import ENDOFTEXT, BPETokenizer, CharTokenizer, train_bpe
+from .tokenization import tokenizer_to_dict
 from .training import TrainConfig, Trainer, bits_per_token, estimate_loss, perplexity
-
-TOKENIZERS = ("bpe", "char")
-
-
-@dataclass
-class Prepared:
-    """A corpus made ready for training: its tokenizer and the two token streams."""
-
-    tokenizer: BPETokenizer | CharTokenizer
-    train_ids: torch.Tensor  # (N_train,)
-    val_ids: torch.Tensor  # (N_val,)
-    eos_id: int | None  # the end-of-text token between documents, if the tokenizer has one
-
-
-def prepare_data(corpus: str = "stdlib-docs", tokenizer: str = "bpe", vocab_size: int = 1024, val_fraction: float = 0.1) -> Prepared:
-    """Corpus -> tokenizer trained on the training text only -> train and validation ids.
-
-    The last ``val_fraction`` of the text is validation. With BPE, the offline corpus's
-    documents are separated by an end-of-text token, so a model learns where a topic ends.
-    """
-    if tokenizer not in TOKENIZERS:
-        raise ValueError(f"unknown tokenizer {tokenizer!r}; choose one of {', '.join(TOKENIZERS)}")
-    if tokenizer == "bpe" and corpus == "stdlib-docs":
-        text = ENDOFTEXT.join(stdlib_docs())
-    else:
-        text = load_corpus(corpus)
-    cut = int(len(text) * (1 - val_fraction))
-    if ENDOFTEXT in text:  # split between documents, never inside the end-of-text marker
-        cut = text.find(ENDOFTEXT, cut) if ENDOFTEXT in text[cut:] else cut
-    train_text, val_text = text[:cut], text[cut:]
-    if tokenizer == "char":
-        tok = CharTokenizer.from_text(text)
-        encode, eos_id = tok.encode, None
-    else:
-        tok = train_bpe(train_text.replace(ENDOFTEXT, "\n\n"), vocab_size, special_tokens=[ENDOFTEXT])
-        encode, eos_id = (lambda t: tok.encode(t, allowed_special="all")), tok.special_tokens[ENDOFTEXT]
-    as_ids = lambda t: torch.tensor(encode(t), dtype=torch.long)
-    return Prepared(tok, as_ids(train_text), as_ids(val_text), eos_id)
-
-
-def tokenizer_notes(tokenizer: BPETokenizer | CharTokenizer) -> dict:
-    """The tokenizer as JSON-ready data, to store inside a model file."""
-    if isinstance(tokenizer, CharTokenizer):
-        return {"kind": "char", "chars": tokenizer.itos}
-    return {"kind": "bpe", "text": tokenizer.dumps()}
-
-
-def tokenizer_from_notes(notes: dict) -> BPETokenizer | CharTokenizer:
-    if notes["kind"] == "char":
-        return CharTokenizer(notes["chars"])
-    return BPETokenizer.loads(notes["text"], "the tokenizer stored in the model file")
-
 
 def weights_digest(model: torch.nn.Module) -> str:
     """SHA-256 of every parameter's bytes: equal digests mean bit-identical weights."""
@@ -146,7 +94,7 @@ def resolve(args: argparse.Namespace) -> dict:
     """Flags over the --config file over the defaults, as one flat dict; when resuming, the
     settings saved in the checkpoint."""
     if args.resume:
-        return read_metadata(args.resume)["settings"]
+        return read_metadata(args.resume)["extra"]["settings"]
     settings = dict(RUN_DEFAULTS)
     if args.config:
         loaded = json.loads(Path(args.config).read_text(encoding="utf-8"))
@@ -205,7 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
             "threads": torch.get_num_threads(),
         }
         if rank == 0:
-            save_model(out / "model.safetensors", model, tokenizer=tokenizer_notes(data.tokenizer),
+            save_model(out / "model.safetensors", model, tokenizer=tokenizer_to_dict(data.tokenizer),
                        corpus=settings["corpus"], eos_id=data.eos_id, train=asdict(trainer.config), results=results,
                        settings=settings)
             metrics = {**results, "settings": settings, "weight_digests": digests, "history": asdict(trainer.history)}
@@ -227,12 +175,6 @@ def _sampler(data: Prepared, context_length: int):
         return tok.decode(out[0, prompt.shape[1]:].tolist())
 
     return sample
-
-
-def load_trained(path: str | Path, device: torch.device | str = "cpu"):
-    """``(model, tokenizer, notes)`` from a ``model.safetensors`` written by this command."""
-    model, notes = load_model(path, device)
-    return model, tokenizer_from_notes(notes["tokenizer"]), notes
 
 
 if __name__ == "__main__":
