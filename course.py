@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
     else:
         full = "--full" in rest
         rest = [a for a in rest if a not in ("--full", "--")]
-        env.update(COURSE_BUDGET="full" if full else "ci", COURSE_THREADS="2", PYTHONHASHSEED="0")
+        env.update(COURSE_BUDGET="full" if full else "ci", COURSE_THREADS="2", PYTHONHASHSEED="0", COURSE_DEVICE="cpu")
         args = [str(python), "-m", "pytest", *rest]
     return subprocess.run(args, cwd=ROOT, env=env).returncode
 

@@ -62,6 +62,13 @@ def stdlib_docs_text() -> str:
     return "\n\n".join(stdlib_docs())
 
 
+def stdlib_docs_sha256() -> str:
+    """SHA-256 of the default corpus as this Python ships it. It changes between Python
+    versions (465,984 characters on 3.11, 498,510 on 3.12), so results that depend on the
+    exact text (stored notebook outputs, the shipped model's card) record it."""
+    return hashlib.sha256(ENDOFTEXT.join(stdlib_docs()).encode("utf-8")).hexdigest()
+
+
 def default_cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV, Path.home() / ".cache" / "course_lib"))
 

@@ -1,5 +1,7 @@
 """Hygiene of the stored notebooks: the checks nbval does not make."""
 
+import ast
+import configparser
 import re
 from pathlib import Path
 
@@ -81,7 +83,8 @@ def test_at_least_two_self_checked_exercises(nb):
 
 
 def test_no_volatile_metadata(nb):
-    assert set(nb.metadata) <= {"kernelspec", "language_info", "rise", "widgets"}
+    assert set(nb.metadata) <= {"kernelspec", "language_info", "rise", "widgets", "course"}
+    assert set(nb.metadata["course"]) == {"python", "corpus_sha256"}, "stored outputs say what they were computed from"
     assert nb.metadata.get("rise", {}).get("theme") == "white", "RISE theme 'white' uses local fonts only"
     for cell in nb.cells:
         assert set(cell.metadata) <= {"slideshow", "tags"}
@@ -95,3 +98,105 @@ def test_widget_views_have_saved_state(nb):
         state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
         for view in views:
             assert view["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] in state
+
+
+# --------------------------------------------------------------------------------------
+# nothing asserts on a measured time: students run on 2 to 64 cores, busy or idle
+# --------------------------------------------------------------------------------------
+
+CLOCKS = {"perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "process_time", "timeit"}
+
+
+def timed_names(code: str) -> set[str]:
+    """Names that hold a measured time, or anything computed from one: assignments whose
+    value reads a clock or an already-timed name, and lists appended to with such values."""
+    tree = ast.parse(code)
+
+    def reads_time(node: ast.AST, timed: set[str]) -> bool:
+        local = {n.id for c in ast.walk(node) if isinstance(c, ast.comprehension) for n in ast.walk(c.target)
+                 if isinstance(n, ast.Name)}  # a comprehension's own variables shadow outer names
+        timed = timed - local
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call):
+                f = sub.func
+                if (isinstance(f, ast.Attribute) and f.attr in CLOCKS) or (isinstance(f, ast.Name) and f.id in CLOCKS):
+                    return True
+            if isinstance(sub, ast.Name) and sub.id in timed:
+                return True
+        return False
+
+    def targets(node: ast.AST) -> set[str]:
+        """The names an assignment target binds: ``a``, ``a, b``, the container of ``a[i]``."""
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return set().union(*(targets(e) for e in node.elts))
+        while isinstance(node, (ast.Subscript, ast.Attribute, ast.Starred)):
+            node = node.value
+        return {node.id} if isinstance(node, ast.Name) else set()
+
+    timed: set[str] = set()
+    while True:
+        before = len(timed)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+                if reads_time(node.value, timed):
+                    for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                        timed |= targets(t)
+            elif isinstance(node, ast.For) and reads_time(node.iter, timed):
+                timed |= targets(node.target)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("append", "extend", "__setitem__"):
+                if any(reads_time(a, timed) for a in node.args):
+                    timed |= targets(node.func.value)
+        if len(timed) == before:
+            return timed
+
+
+def time_assertions(code: str) -> list[str]:
+    timed = timed_names(code)
+    tree = ast.parse(code)
+    return [ast.unparse(node) for node in ast.walk(tree)
+            if isinstance(node, ast.Assert) and any(isinstance(n, ast.Name) and n.id in timed for n in ast.walk(node.test))]
+
+
+def notebook_code(nb) -> str:
+    lines = [line for c in nb.cells if c.cell_type == "code" for line in c.source.splitlines() + [""]]
+    return "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
+
+
+def test_the_time_assertion_detector_finds_what_it_should():
+    assert time_assertions("t0 = time.perf_counter()\nx = f()\nseconds = time.perf_counter() - t0\nassert seconds < 1")
+    assert time_assertions("runs = []\nfor _ in range(3):\n    t = perf_counter()\n    runs.append(perf_counter() - t)\n"
+                           "best = min(runs)\nslope = math.log(best)\nassert slope > 1.2")
+    assert time_assertions("timings = {}\ntimings[k].append(time.time() - t0)\nassert timings['a'] < 2")
+    assert not time_assertions("t0 = time.perf_counter()\ny = model(x)\nprint(time.perf_counter() - t0)\nassert y.shape == (2, 3)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + sorted((ROOT / "tests").glob("test_*.py")), ids=lambda p: p.name)
+def test_nothing_asserts_on_a_measured_time(path):
+    code = notebook_code(nbformat.read(path, as_version=4)) if path.suffix == ".ipynb" else path.read_text(encoding="utf-8")
+    assert not time_assertions(code), "assert results, memory or counted work, never a measured time"
+
+
+# --------------------------------------------------------------------------------------
+# the test command passes on a student's own install
+# --------------------------------------------------------------------------------------
+
+
+def sanitize(text: str) -> str:
+    """Apply tests/nbval_sanitize.cfg the way nbval does."""
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(ROOT / "tests" / "nbval_sanitize.cfg", encoding="utf-8")
+    for section in config.sections():
+        text = re.sub(config[section]["regex"], config[section]["replace"], text)
+    return text
+
+
+@pytest.mark.parametrize("variant", [
+    "torch 2.13.0+cu128 | device: cuda | budget: full | seed: 0 | threads: 16",
+    "torch 2.13.0 | device: mps | budget: ci | seed: 0 | threads: 8",
+    "torch 2.13.0+rocm6.4 | device: cuda | budget: ci | seed: 0 | threads: 64",
+    "torch 2.14.0.dev20261101+cpu | device: cpu | budget: ci | seed: 0 | threads: 2",
+])
+def test_the_first_line_of_a_notebook_is_the_same_on_every_install(variant):
+    stored = "torch 2.13.0+cpu | device: cpu | budget: ci | seed: 0 | threads: 2"
+    assert sanitize(variant) == sanitize(stored) == "torch VERSION | device: DEVICE | budget: BUDGET | seed: 0 | threads: N"
+    assert sanitize("seed: 1337 | 3.494 nats") == "seed: 1337 | 3.494 nats"  # results are not masked
