@@ -22,10 +22,10 @@ from __future__ import annotations
 import argparse
 
 import torch
+from reference import alternate, book_llama, copy_llama_weights
 
 from course_lib.generation import generate
 from course_lib.model import GPT, GPTConfig
-from reference import alternate, book_llama, copy_llama_weights
 
 
 def report(title: str, median: dict[str, float], new: int) -> None:
@@ -50,15 +50,28 @@ def main() -> None:
     try:
         from llms_from_scratch.kv_cache.generate import generate_text_simple
     except ImportError:
-        raise SystemExit("install the reference first: .venv/bin/pip install --no-deps llms-from-scratch==1.0.19") from None
+        raise SystemExit(
+            "install the reference first: .venv/bin/pip install --no-deps llms-from-scratch==1.0.19"
+        ) from None
 
-    size = dict(vocab_size=args.vocab, context_length=args.context, n_layers=args.layers, n_heads=args.heads, d_model=args.d_model)
+    size = dict(
+        vocab_size=args.vocab,
+        context_length=args.context,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        d_model=args.d_model,
+    )
     prompt = torch.randint(0, args.vocab, (1, args.prompt), generator=torch.Generator().manual_seed(0))
-    print(f"{args.layers} layers, {args.heads} heads, width {args.d_model}, vocab {args.vocab}: {args.new} tokens "
-          f"after a {args.prompt}-token prompt, greedy, {args.threads} threads, median of {args.rounds} rounds")
+    print(
+        f"{args.layers} layers, {args.heads} heads, width {args.d_model}, vocab {args.vocab}: {args.new} tokens "
+        f"after a {args.prompt}-token prompt, greedy, {args.threads} threads, median of {args.rounds} rounds"
+    )
 
     results = {}
-    for style, config in [("GPT-2 style", GPTConfig(**size)), ("Llama style", GPTConfig.llama_like(**size, norm_eps=1e-5))]:
+    for style, config in [
+        ("GPT-2 style", GPTConfig(**size)),
+        ("Llama style", GPTConfig.llama_like(**size, norm_eps=1e-5)),
+    ]:
         torch.manual_seed(0)
         course = GPT(config).eval()
         runs = {
@@ -79,8 +92,10 @@ def main() -> None:
     for style, median in results.items():
         print(f"{style}: KV cache vs recompute {median['course, recompute'] / median['course, KV cache']:.2f}x faster")
     llama = results["Llama style"]
-    print(f"Llama style: course KV cache vs llms-from-scratch KV cache "
-          f"{llama['llms-from-scratch KV cache'] / llama['course, KV cache']:.2f}x faster")
+    print(
+        f"Llama style: course KV cache vs llms-from-scratch KV cache "
+        f"{llama['llms-from-scratch KV cache'] / llama['course, KV cache']:.2f}x faster"
+    )
 
 
 if __name__ == "__main__":

@@ -47,22 +47,36 @@ def main() -> None:
     for name, make in makers.items():
         seed_everything(1337)
         model = make()
-        probe = Trainer(copy.deepcopy(model), data.train_ids, data.val_ids, TrainConfig(**{**base.__dict__, "steps": 15, "warmup_steps": 0}), progress=False)
+        probe = Trainer(
+            copy.deepcopy(model),
+            data.train_ids,
+            data.val_ids,
+            TrainConfig(**{**base.__dict__, "steps": 15, "warmup_steps": 0}),
+            progress=False,
+        )
         probe.train(until=5)  # warm-up
         started = time.perf_counter()
         probe.train(until=15)
         per_step = (time.perf_counter() - started) / 10
         steps = max(int(budget / per_step), 10)
-        config = TrainConfig(**{**base.__dict__, "steps": steps, "warmup_steps": min(base.warmup_steps, steps // 10),
-                                "eval_every": steps})
+        config = TrainConfig(
+            **{
+                **base.__dict__,
+                "steps": steps,
+                "warmup_steps": min(base.warmup_steps, steps // 10),
+                "eval_every": steps,
+            }
+        )
         trainer = Trainer(model, data.train_ids, data.val_ids, config, progress=False)
         started = time.perf_counter()
         trainer.train()
         wall = time.perf_counter() - started
         val = estimate_loss(model, data.val_ids, model_config.context_length, 16)
         params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-        print(f"  {name:<28} {params:>10,} parameters  {steps:>5} steps in {wall:5.0f} s  "
-              f"({config.batch_size * config.context_length * steps / wall:,.0f} tokens/s)  validation loss {val:.3f}")
+        print(
+            f"  {name:<28} {params:>10,} parameters  {steps:>5} steps in {wall:5.0f} s  "
+            f"({config.batch_size * config.context_length * steps / wall:,.0f} tokens/s)  validation loss {val:.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,13 @@ from course_lib.model import GPT, GPTConfig
 def book_config(config: GPTConfig) -> dict:
     """The book's config dict for a GPT-2-style course config (learned positions, LayerNorm)."""
     return {
-        "vocab_size": config.vocab_size, "context_length": config.context_length, "emb_dim": config.d_model,
-        "n_heads": config.n_heads, "n_layers": config.n_layers, "drop_rate": config.dropout, "qkv_bias": config.bias,
+        "vocab_size": config.vocab_size,
+        "context_length": config.context_length,
+        "emb_dim": config.d_model,
+        "n_heads": config.n_heads,
+        "n_layers": config.n_layers,
+        "drop_rate": config.dropout,
+        "qkv_bias": config.bias,
     }
 
 
@@ -32,7 +37,9 @@ def book_model(config: GPTConfig, kv_cache: bool = False) -> torch.nn.Module:
         else:
             from llms_from_scratch.ch04 import GPTModel
     except ImportError:
-        raise SystemExit("install the reference first: .venv/bin/pip install --no-deps llms-from-scratch==1.0.19") from None
+        raise SystemExit(
+            "install the reference first: .venv/bin/pip install --no-deps llms-from-scratch==1.0.19"
+        ) from None
     return GPTModel(book_config(config))
 
 
@@ -64,12 +71,23 @@ def book_llama(config: GPTConfig) -> torch.nn.Module:
     try:
         from llms_from_scratch.kv_cache.llama3 import Llama3Model
     except ImportError:
-        raise SystemExit("install the reference first: .venv/bin/pip install --no-deps llms-from-scratch==1.0.19") from None
-    return Llama3Model({
-        "vocab_size": config.vocab_size, "context_length": config.context_length, "emb_dim": config.d_model,
-        "n_heads": config.n_heads, "n_layers": config.n_layers, "hidden_dim": config.hidden,
-        "n_kv_groups": config.n_heads, "rope_base": config.rope_base, "dtype": torch.float32, "rope_freq": None,
-    })
+        raise SystemExit(
+            "install the reference first: .venv/bin/pip install --no-deps llms-from-scratch==1.0.19"
+        ) from None
+    return Llama3Model(
+        {
+            "vocab_size": config.vocab_size,
+            "context_length": config.context_length,
+            "emb_dim": config.d_model,
+            "n_heads": config.n_heads,
+            "n_layers": config.n_layers,
+            "hidden_dim": config.hidden,
+            "n_kv_groups": config.n_heads,
+            "rope_base": config.rope_base,
+            "dtype": torch.float32,
+            "rope_freq": None,
+        }
+    )
 
 
 @torch.no_grad()

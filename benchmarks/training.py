@@ -18,12 +18,12 @@ import copy
 
 import torch
 import torch.nn.functional as F
+from reference import alternate, book_model, copy_weights
 
 from course_lib.data import stdlib_docs_text
 from course_lib.model import GPT, GPTConfig
 from course_lib.tokenization import CharTokenizer
 from course_lib.training import TrainConfig, Trainer, WindowBatches
-from reference import alternate, book_model, copy_weights
 
 
 def main() -> None:
@@ -40,8 +40,14 @@ def main() -> None:
 
     text = stdlib_docs_text()
     ids = torch.tensor(CharTokenizer.from_text(text).encode(text))
-    config = GPTConfig(vocab_size=int(ids.max()) + 1, context_length=args.context, n_layers=args.layers,
-                       n_heads=args.heads, d_model=args.d_model, tie_weights=False)
+    config = GPTConfig(
+        vocab_size=int(ids.max()) + 1,
+        context_length=args.context,
+        n_layers=args.layers,
+        n_heads=args.heads,
+        d_model=args.d_model,
+        tie_weights=False,
+    )
     torch.manual_seed(0)
     course = GPT(config)
     book = book_model(config)
@@ -52,8 +58,16 @@ def main() -> None:
 
     def course_trainer(precision: str) -> Trainer:
         model = copy.deepcopy(course)
-        config = TrainConfig(steps=10_000, batch_size=args.batch, context_length=args.context, lr=4e-4,
-                             weight_decay=0.1, beta2=0.999, grad_clip=None, precision=precision)
+        config = TrainConfig(
+            steps=10_000,
+            batch_size=args.batch,
+            context_length=args.context,
+            lr=4e-4,
+            weight_decay=0.1,
+            beta2=0.999,
+            grad_clip=None,
+            precision=precision,
+        )
         return Trainer(model, ids, ids, config, progress=False)
 
     book_optimizer = torch.optim.AdamW(book.parameters(), lr=4e-4, weight_decay=0.1)  # as in the book
@@ -70,10 +84,14 @@ def main() -> None:
 
     fp32, auto = course_trainer("fp32"), course_trainer("auto")
     auto_name = f"course GPT, auto ({'bf16' if auto.dtype else 'fp32'} here)"
-    median = alternate({"course GPT, fp32": fp32.train_step, auto_name: auto.train_step, "llms-from-scratch": book_step}, args.rounds)
+    median = alternate(
+        {"course GPT, fp32": fp32.train_step, auto_name: auto.train_step, "llms-from-scratch": book_step}, args.rounds
+    )
     tokens = args.batch * args.context
-    print(f"{args.layers} layers, {args.heads} heads, width {args.d_model}, context {args.context}, batch {args.batch}, "
-          f"vocab {config.vocab_size}, {args.threads} threads, median of {args.rounds} steps")
+    print(
+        f"{args.layers} layers, {args.heads} heads, width {args.d_model}, context {args.context}, batch {args.batch}, "
+        f"vocab {config.vocab_size}, {args.threads} threads, median of {args.rounds} steps"
+    )
     for name, t in median.items():
         print(f"  {name:<32} {t * 1000:7.0f} ms/step  {tokens / t:9,.0f} tokens/s")
     for name in ("course GPT, fp32", auto_name):

@@ -96,7 +96,15 @@ def _check_length(T: int, context_length: int) -> None:
 class AttentionHead(nn.Module):
     """One head of self-attention: (B, T, C) -> (B, T, D)."""
 
-    def __init__(self, d_model: int, head_dim: int, context_length: int, causal: bool = True, dropout: float = 0.0, bias: bool = False):
+    def __init__(
+        self,
+        d_model: int,
+        head_dim: int,
+        context_length: int,
+        causal: bool = True,
+        dropout: float = 0.0,
+        bias: bool = False,
+    ):
         super().__init__()
         self.query = nn.Linear(d_model, head_dim, bias=bias)
         self.key = nn.Linear(d_model, head_dim, bias=bias)
@@ -115,7 +123,15 @@ class AttentionHead(nn.Module):
 class MultiHeadAttentionWrapper(nn.Module):
     """Several heads side by side, outputs concatenated then projected: (B, T, C) -> (B, T, C)."""
 
-    def __init__(self, d_model: int, n_heads: int, context_length: int, causal: bool = True, dropout: float = 0.0, bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        context_length: int,
+        causal: bool = True,
+        dropout: float = 0.0,
+        bias: bool = True,
+    ):
         super().__init__()
         head_dim = _head_dim(d_model, n_heads)
         self.heads = nn.ModuleList(
@@ -251,12 +267,16 @@ class MultiHeadAttention(nn.Module):
         weights = None
         if self.fast and not return_weights:
             if self.alibi or (offset and T > 1):
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=self._mask(T, q.dtype, offset), dropout_p=dropout_p)
+                out = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=self._mask(T, q.dtype, offset), dropout_p=dropout_p
+                )
             else:  # no cache, or one new token that may see every cached one
                 causal = self.causal and offset == 0
                 out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal)  # (B, H, T, D)
         else:
-            out, weights = scaled_dot_product_attention(q, k, v, self._mask(T, q.dtype, offset), dropout_p, return_weights=True)
+            out, weights = scaled_dot_product_attention(
+                q, k, v, self._mask(T, q.dtype, offset), dropout_p, return_weights=True
+            )
         out = out.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, H, D) -> (B, T, C)
         out = self.resid_dropout(self.c_proj(out))
         return (out, weights) if return_weights else out

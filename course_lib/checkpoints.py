@@ -212,7 +212,9 @@ class Checkpoint:
     tensors: dict[str, torch.Tensor] = field(repr=False)
     optimizer: dict | None = field(repr=False)
 
-    def restore(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, restore_rng: bool = True) -> None:
+    def restore(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, restore_rng: bool = True
+    ) -> None:
         """Weights into ``model``, state into ``optimizer`` (checked against its layout first),
         and the random state of every device present."""
         weights = {k.removeprefix("model."): t for k, t in self.tensors.items() if k.startswith("model.")}

@@ -224,7 +224,9 @@ class Prepared:
     eos_id: int | None  # the end-of-text token between documents, if the tokenizer has one
 
 
-def prepare_data(corpus: str = "stdlib-docs", tokenizer: str = "bpe", vocab_size: int = 1024, val_fraction: float = 0.1) -> Prepared:
+def prepare_data(
+    corpus: str = "stdlib-docs", tokenizer: str = "bpe", vocab_size: int = 1024, val_fraction: float = 0.1
+) -> Prepared:
     """Corpus -> tokenizer trained on the training text only -> train and validation ids.
 
     The last ``val_fraction`` of the text is validation. With BPE, the offline corpus's
@@ -246,5 +248,5 @@ def prepare_data(corpus: str = "stdlib-docs", tokenizer: str = "bpe", vocab_size
     else:
         tok = train_bpe(train_text, vocab_size, special_tokens=[ENDOFTEXT])  # never merges across a document end
         encode, eos_id = (lambda t: tok.encode(t, allowed_special="all")), tok.special_tokens[ENDOFTEXT]
-    as_ids = lambda t: torch.tensor(encode(t), dtype=torch.long)
-    return Prepared(tok, as_ids(train_text), as_ids(val_text), eos_id)
+    train_ids, val_ids = (torch.tensor(encode(t), dtype=torch.long) for t in (train_text, val_text))
+    return Prepared(tok, train_ids, val_ids, eos_id)

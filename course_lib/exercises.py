@@ -178,7 +178,9 @@ def _layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: 
 
 
 def _gpt2_parameters(vocab_size: int, context_length: int, d_model: int, n_layers: int) -> int:
-    config = GPTConfig(vocab_size=vocab_size, context_length=context_length, d_model=d_model, n_layers=n_layers, n_heads=1)
+    config = GPTConfig(
+        vocab_size=vocab_size, context_length=context_length, d_model=d_model, n_layers=n_layers, n_heads=1
+    )
     return parameter_formula(config)["total"]
 
 
@@ -277,8 +279,14 @@ def _attention_cases() -> list[Case]:
     g = _seeded(3)
     return [
         Case((torch.eye(2), torch.eye(2), torch.tensor([[1.0, 2.0], [3.0, 4.0]])), "two orthogonal tokens"),
-        Case((torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g), torch.randn(5, 3, generator=g)), "(T, d) inputs"),
-        Case((torch.randn(2, 5, 16, generator=g), torch.randn(2, 5, 16, generator=g), torch.randn(2, 5, 8, generator=g)), "a batch, d = 16"),
+        Case(
+            (torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g), torch.randn(5, 3, generator=g)),
+            "(T, d) inputs",
+        ),
+        Case(
+            (torch.randn(2, 5, 16, generator=g), torch.randn(2, 5, 16, generator=g), torch.randn(2, 5, 8, generator=g)),
+            "a batch, d = 16",
+        ),
     ]
 
 
@@ -323,9 +331,16 @@ def _rope_cases() -> list[Case]:
 def _layer_norm_cases() -> list[Case]:
     g = _seeded(8)
     return [
-        Case((torch.tensor([[1.0, 2.0, 3.0, 4.0]]), torch.ones(4), torch.zeros(4), 1e-5), "one vector, gamma 1, beta 0"),
-        Case((torch.randn(2, 3, 6, generator=g) * 4 + 2, torch.randn(6, generator=g), torch.randn(6, generator=g), 1e-5), "(B, T, C) with gamma and beta"),
-        Case((torch.tensor([[1.0, 1.01, 0.99, 1.0]]), torch.ones(4), torch.zeros(4), 1e-2), "tiny variance: eps matters"),
+        Case(
+            (torch.tensor([[1.0, 2.0, 3.0, 4.0]]), torch.ones(4), torch.zeros(4), 1e-5), "one vector, gamma 1, beta 0"
+        ),
+        Case(
+            (torch.randn(2, 3, 6, generator=g) * 4 + 2, torch.randn(6, generator=g), torch.randn(6, generator=g), 1e-5),
+            "(B, T, C) with gamma and beta",
+        ),
+        Case(
+            (torch.tensor([[1.0, 1.01, 0.99, 1.0]]), torch.ones(4), torch.zeros(4), 1e-2), "tiny variance: eps matters"
+        ),
     ]
 
 
@@ -353,7 +368,10 @@ def _clip_cases() -> list[Case]:
     return [
         Case(([torch.tensor([3.0, 0.0]), torch.tensor([[0.0], [4.0]])], 1.0), "global norm 5 clipped to 1"),
         Case(([torch.tensor([0.3, 0.0]), torch.tensor([[0.0], [0.4]])], 1.0), "global norm 0.5: unchanged"),
-        Case(([torch.randn(4, 3, generator=g) * 10, torch.randn(3, generator=g) * 0.01], 2.0), "one large and one tiny gradient"),
+        Case(
+            ([torch.randn(4, 3, generator=g) * 10, torch.randn(3, generator=g) * 0.01], 2.0),
+            "one large and one tiny gradient",
+        ),
     ]
 
 
@@ -364,7 +382,11 @@ def _logit_cases() -> list[Case]:
 
 def _top_k_cases() -> list[Case]:
     small, batch = _logit_cases()
-    return [Case((small, 2), "keep 2 of 5"), Case((small, 5), "k = V keeps everything"), Case((batch, 3), "a batch of 3 rows")]
+    return [
+        Case((small, 2), "keep 2 of 5"),
+        Case((small, 5), "k = V keeps everything"),
+        Case((batch, 3), "a batch of 3 rows"),
+    ]
 
 
 def _top_p_cases() -> list[Case]:

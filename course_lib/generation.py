@@ -170,8 +170,19 @@ def generate(
     Arguments as in :func:`stream`.
     """
     new = list(
-        stream(model, idx, max_new_tokens, context_length, temperature, greedy, generator,
-               top_k=top_k, top_p=top_p, eos_id=eos_id, use_cache=use_cache)
+        stream(
+            model,
+            idx,
+            max_new_tokens,
+            context_length,
+            temperature,
+            greedy,
+            generator,
+            top_k=top_k,
+            top_p=top_p,
+            eos_id=eos_id,
+            use_cache=use_cache,
+        )
     )
     return torch.cat([idx.to(_device(model)), *new], dim=1)  # (B, T + new), on the model's device
 

@@ -98,8 +98,13 @@ class FeedForward(nn.Module):
     ``fast=True`` uses PyTorch's fused activation."""
 
     def __init__(
-        self, d_model: int, hidden: int | None = None, activation: str = "gelu_tanh", bias: bool = True,
-        dropout: float = 0.0, fast: bool = False,
+        self,
+        d_model: int,
+        hidden: int | None = None,
+        activation: str = "gelu_tanh",
+        bias: bool = True,
+        dropout: float = 0.0,
+        fast: bool = False,
     ):
         super().__init__()
         hidden = 4 * d_model if hidden is None else hidden
@@ -119,7 +124,9 @@ class SwiGLU(nn.Module):
     the parameter count of a 4x FeedForward.
     """
 
-    def __init__(self, d_model: int, hidden: int | None = None, bias: bool = False, dropout: float = 0.0, fast: bool = False):
+    def __init__(
+        self, d_model: int, hidden: int | None = None, bias: bool = False, dropout: float = 0.0, fast: bool = False
+    ):
         super().__init__()
         hidden = 4 * d_model * 2 // 3 if hidden is None else hidden
         self.act = _activation("silu", fast)

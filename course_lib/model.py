@@ -54,7 +54,11 @@ class GPTConfig:
     fast: bool = True  # PyTorch's fused kernels for attention, norms and activations
 
     def __post_init__(self) -> None:
-        for name, value, allowed in [("positional", self.positional, POSITIONAL), ("norm", self.norm, NORMS), ("ffn", self.ffn, FFNS)]:
+        for name, value, allowed in [
+            ("positional", self.positional, POSITIONAL),
+            ("norm", self.norm, NORMS),
+            ("ffn", self.ffn, FFNS),
+        ]:
             if value not in allowed:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
         if self.d_model % self.n_heads:
@@ -111,13 +115,23 @@ class Block(nn.Module):
         self.pre_norm = config.pre_norm
         self.ln_1 = make_norm(config)
         self.attn = MultiHeadAttention(
-            config.d_model, config.n_heads, config.context_length, causal=True, dropout=config.dropout,
-            bias=config.bias, fast=config.fast, rotary=config.positional == "rope", rope_base=config.rope_base,
-            alibi=config.positional == "alibi", extrapolate=config.positional != "learned",
+            config.d_model,
+            config.n_heads,
+            config.context_length,
+            causal=True,
+            dropout=config.dropout,
+            bias=config.bias,
+            fast=config.fast,
+            rotary=config.positional == "rope",
+            rope_base=config.rope_base,
+            alibi=config.positional == "alibi",
+            extrapolate=config.positional != "learned",
         )
         self.ln_2 = make_norm(config)
         if config.ffn == "mlp":
-            self.mlp = FeedForward(config.d_model, config.hidden, config.activation, config.bias, config.dropout, config.fast)
+            self.mlp = FeedForward(
+                config.d_model, config.hidden, config.activation, config.bias, config.dropout, config.fast
+            )
         else:
             self.mlp = SwiGLU(config.d_model, config.hidden, config.bias, config.dropout, config.fast)
 
@@ -171,7 +185,9 @@ class GPT(nn.Module):
         elif self.config.positional == "sinusoidal":
             # As in the original transformer, scale the embeddings by sqrt(d) so the fixed
             # encoding (entries of size ~1) does not drown them.
-            x = x * math.sqrt(self.config.d_model) + sinusoidal_encoding(T, self.config.d_model, offset=offset).to(x.device, x.dtype)
+            x = x * math.sqrt(self.config.d_model) + sinusoidal_encoding(T, self.config.d_model, offset=offset).to(
+                x.device, x.dtype
+            )
         return self.transformer.drop(x)
 
     def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
@@ -199,7 +215,9 @@ def check_token_ids(idx: torch.Tensor, vocab_size: int) -> None:
     if not isinstance(idx, torch.Tensor):
         raise TypeError(f"token ids must be a tensor of shape (batch, tokens), got {type(idx).__name__}")
     if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
-        raise TypeError(f"token ids must be integers (torch.long), got {idx.dtype}; did you pass embeddings or probabilities?")
+        raise TypeError(
+            f"token ids must be integers (torch.long), got {idx.dtype}; did you pass embeddings or probabilities?"
+        )
     if idx.ndim != 2:
         hint = " (add a batch dimension: ids[None])" if idx.ndim == 1 else ""
         raise ValueError(f"token ids must have shape (batch, tokens), got {tuple(idx.shape)}{hint}")
@@ -279,7 +297,12 @@ def parameter_formula(config: GPTConfig) -> dict[str, int]:
 
 
 def gpt3_weight_table(
-    n_vocab: int = 50257, d_embed: int = 12288, n_layers: int = 96, n_heads: int = 96, d_head: int = 128, n_neurons: int = 49152
+    n_vocab: int = 50257,
+    d_embed: int = 12288,
+    n_layers: int = 96,
+    n_heads: int = 96,
+    d_head: int = 128,
+    n_neurons: int = 49152,
 ) -> list[tuple[str, str, int]]:
     """GPT-3 175B's weight matrices (no biases, norms or positions), as (name, formula, count)."""
     return [
@@ -321,7 +344,8 @@ def load_weights(model: nn.Module, tensors: Mapping[str, torch.Tensor], source: 
     unexpected = sorted(set(tensors) - set(own))
     if missing or unexpected:
         raise ValueError(
-            f"{source} does not fit this model: missing {missing[:5] or 'nothing'}{' ...' if len(missing) > 5 else ''}, "
+            f"{source} does not fit this model: "
+            f"missing {missing[:5] or 'nothing'}{' ...' if len(missing) > 5 else ''}, "
             f"unexpected {unexpected[:5] or 'nothing'}{' ...' if len(unexpected) > 5 else ''}"
         )
     for name, tensor in own.items():
@@ -391,7 +415,9 @@ def load_llama_state_dict(model: GPT, state_dict: Mapping[str, torch.Tensor]) ->
     return model
 
 
-def gpt2_from_pretrained(name: str = "gpt2", path: str | Path | None = None, cache_dir: str | Path | None = None) -> GPT:
+def gpt2_from_pretrained(
+    name: str = "gpt2", path: str | Path | None = None, cache_dir: str | Path | None = None
+) -> GPT:
     """GPT-2 with OpenAI's weights, from a local file or downloaded from the Hugging Face hub.
 
     ``path`` may be a ``.safetensors`` file or a PyTorch ``.bin`` state dict (loaded with
@@ -408,5 +434,9 @@ def gpt2_from_pretrained(name: str = "gpt2", path: str | Path | None = None, cac
         url = f"https://huggingface.co/{'openai-community/' + name}/resolve/main/model.safetensors"
         path = download(url, folder / f"{name}.safetensors", sha256=None)
     path = Path(path)
-    state_dict = load_file(str(path)) if path.suffix == ".safetensors" else torch.load(path, map_location="cpu", weights_only=True)
+    state_dict = (
+        load_file(str(path))
+        if path.suffix == ".safetensors"
+        else torch.load(path, map_location="cpu", weights_only=True)
+    )
     return load_gpt2_state_dict(GPT(config), state_dict)

@@ -7,8 +7,8 @@ previous n - 1 tokens, and its probability is a ratio of counts,
 
 where ``alpha`` (add-alpha, or Laplace, smoothing) keeps unseen pairs from getting
 probability zero. With ``backoff=True`` a context never seen in training falls back to the
-longest shorter context that was seen, instead of to a uniform guess. Counts are stored sparsely (sorted n-gram keys), so a trigram model over
-GPT-2's 50,257 tokens is as cheap as one over 100 characters.
+longest shorter context that was seen, instead of to a uniform guess. Counts are stored
+sparsely (sorted n-gram keys), so a trigram model over GPT-2's 50,257 tokens is as cheap as one over 100 characters.
 """
 
 from __future__ import annotations

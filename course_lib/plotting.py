@@ -107,7 +107,9 @@ def plot_heatmap(
     return ax
 
 
-def plot_bars(values: dict[str, float], title: str = "", ylabel: str = "", ax: Axes | None = None, fmt: str = "{:.2f}") -> Axes:
+def plot_bars(
+    values: dict[str, float], title: str = "", ylabel: str = "", ax: Axes | None = None, fmt: str = "{:.2f}"
+) -> Axes:
     """Bar chart with the value written on each bar."""
     if ax is None:
         _, ax = plt.subplots(figsize=(1.3 * len(values) + 2, 3.2))
@@ -120,11 +122,15 @@ def plot_bars(values: dict[str, float], title: str = "", ylabel: str = "", ax: A
 
 
 def _token_box(ax: Axes, x: float, y: float, text: str, color: str, width: float = 0.9) -> None:
-    ax.add_patch(FancyBboxPatch((x - width / 2, y - 0.3), width, 0.6, boxstyle="round,pad=0.02", fc=color, ec="#334155"))
+    ax.add_patch(
+        FancyBboxPatch((x - width / 2, y - 0.3), width, 0.6, boxstyle="round,pad=0.02", fc=color, ec="#334155")
+    )
     ax.text(x, y, text, ha="center", va="center", fontsize=10, family="monospace")
 
 
-def draw_sliding_windows(tokens: Sequence[str], context_length: int, stride: int, max_windows: int = 4, ax: Axes | None = None) -> Axes:
+def draw_sliding_windows(
+    tokens: Sequence[str], context_length: int, stride: int, max_windows: int = 4, ax: Axes | None = None
+) -> Axes:
     """The token stream on top; below it each window's inputs (blue) and targets (orange)."""
     n_windows = max(0, (len(tokens) - context_length - 1) // stride + 1)
     shown = min(n_windows, max_windows)
@@ -146,8 +152,10 @@ def draw_sliding_windows(tokens: Sequence[str], context_length: int, stride: int
         ax.text(-0.8, y_out, "target y", ha="right", va="center", fontsize=10)
     ax.set_xlim(-4.2, len(tokens) * unit)
     ax.set_ylim(bottom - 0.4, 0.5)
-    ax.set_title(f"context length {context_length}, stride {stride}: {n_windows} windows"
-                 + (f" (first {shown} shown)" if shown < n_windows else ""))
+    ax.set_title(
+        f"context length {context_length}, stride {stride}: {n_windows} windows"
+        + (f" (first {shown} shown)" if shown < n_windows else "")
+    )
     ax.axis("off")
     return ax
 
@@ -198,12 +206,21 @@ def plot_attention(weights: torch.Tensor, tokens: Sequence[str], title: str = ""
     """Attention weights (T, T): row = the token attending (query), column = the token attended to (key)."""
     weights = torch.as_tensor(weights).detach().float()
     return plot_heatmap(
-        weights, tokens, tokens, title=title, xlabel="attends to (key)", ylabel="token (query)",
-        annotate=len(tokens) <= 10, ax=ax, cmap="Purples",
+        weights,
+        tokens,
+        tokens,
+        title=title,
+        xlabel="attends to (key)",
+        ylabel="token (query)",
+        annotate=len(tokens) <= 10,
+        ax=ax,
+        cmap="Purples",
     )
 
 
-def draw_bottleneck_vs_attention(words: Sequence[str] = ("le", "chat", "est", "noir"), weights: Sequence[float] = (0.05, 0.1, 0.15, 0.7)) -> plt.Figure:
+def draw_bottleneck_vs_attention(
+    words: Sequence[str] = ("le", "chat", "est", "noir"), weights: Sequence[float] = (0.05, 0.1, 0.15, 0.7)
+) -> plt.Figure:
     """Left: an RNN encoder squeezes the sentence into one vector. Right: attention looks back at every state."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
     for ax, attention in zip(axes, (False, True)):
@@ -212,19 +229,38 @@ def draw_bottleneck_vs_attention(words: Sequence[str] = ("le", "chat", "est", "n
             _token_box(ax, i * 1.3, 0, f"h{i + 1}", INPUT_COLOR, width=1.0)
             ax.text(i * 1.3, -0.65, word, ha="center", fontsize=10, style="italic")
             if i:
-                ax.annotate("", xy=(i * 1.3 - 0.5, 0), xytext=(i * 1.3 - 0.8, 0), arrowprops=dict(arrowstyle="-|>", color="#334155"))
+                ax.annotate(
+                    "",
+                    xy=(i * 1.3 - 0.5, 0),
+                    xytext=(i * 1.3 - 0.8, 0),
+                    arrowprops=dict(arrowstyle="-|>", color="#334155"),
+                )
         decoder_x = (n - 1) * 1.3 / 2
         _token_box(ax, decoder_x, 2.4, "decoder: 'black'", TARGET_COLOR, width=2.6)
         if attention:
             for i, w in enumerate(weights):
-                ax.annotate("", xy=(decoder_x, 2.1), xytext=(i * 1.3, 0.3),
-                            arrowprops=dict(arrowstyle="-|>", lw=1 + 10 * w, color="#7c3aed", alpha=0.35 + 0.6 * w))
+                ax.annotate(
+                    "",
+                    xy=(decoder_x, 2.1),
+                    xytext=(i * 1.3, 0.3),
+                    arrowprops=dict(arrowstyle="-|>", lw=1 + 10 * w, color="#7c3aed", alpha=0.35 + 0.6 * w),
+                )
                 ax.text(i * 1.3 + 0.15, 0.55, f"{w:.2f}", fontsize=9, color="#5b21b6")
             ax.set_title("attention (Bahdanau, 2014): a weighted look at every state")
         else:
             _token_box(ax, (n - 1) * 1.3 + 1.6, 1.2, "c", "#fde68a", width=0.7)
-            ax.annotate("", xy=((n - 1) * 1.3 + 1.6, 0.9), xytext=((n - 1) * 1.3 + 0.5, 0.1), arrowprops=dict(arrowstyle="-|>", color="#334155"))
-            ax.annotate("", xy=(decoder_x + 1.0, 2.1), xytext=((n - 1) * 1.3 + 1.5, 1.5), arrowprops=dict(arrowstyle="-|>", color="#334155"))
+            ax.annotate(
+                "",
+                xy=((n - 1) * 1.3 + 1.6, 0.9),
+                xytext=((n - 1) * 1.3 + 0.5, 0.1),
+                arrowprops=dict(arrowstyle="-|>", color="#334155"),
+            )
+            ax.annotate(
+                "",
+                xy=(decoder_x + 1.0, 2.1),
+                xytext=((n - 1) * 1.3 + 1.5, 1.5),
+                arrowprops=dict(arrowstyle="-|>", color="#334155"),
+            )
             ax.set_title("RNN encoder-decoder: one fixed vector c for the whole sentence")
         ax.set_xlim(-0.8, (n - 1) * 1.3 + 2.3)
         ax.set_ylim(-0.9, 2.9)
@@ -242,8 +278,15 @@ def draw_causal_mask(tokens: Sequence[str], ax: Axes | None = None) -> Axes:
         for j in range(T):
             allowed = j <= i
             ax.add_patch(plt.Rectangle((j, T - 1 - i), 0.95, 0.95, color=PALETTE[2] if allowed else "#e5e7eb"))
-            ax.text(j + 0.47, T - 1 - i + 0.47, "✓" if allowed else "−∞", ha="center", va="center",
-                    fontsize=11, color="#14532d" if allowed else "#6b7280")
+            ax.text(
+                j + 0.47,
+                T - 1 - i + 0.47,
+                "✓" if allowed else "−∞",
+                ha="center",
+                va="center",
+                fontsize=11,
+                color="#14532d" if allowed else "#6b7280",
+            )
     ax.set_xticks([j + 0.47 for j in range(T)], tokens)
     ax.set_yticks([T - 1 - i + 0.47 for i in range(T)], tokens)
     ax.xaxis.tick_top()
@@ -300,7 +343,8 @@ def draw_rope_rotation(m: int = 3, n: int = 1, theta: float = 0.45, ax: Axes | N
         return (c * v[0] - s * v[1], s * v[0] + c * v[1])
 
     for vec, label, colour, style, dy in [
-        (q0, "q", "#7c3aed", ":", 0.06), (k0, "k", "#ea580c", ":", -0.08),
+        (q0, "q", "#7c3aed", ":", 0.06),
+        (k0, "k", "#ea580c", ":", -0.08),
         (rotate(q0, m * theta), f"q at position m={m}", "#7c3aed", "-", 0.06),
         (rotate(k0, n * theta), f"k at position n={n}", "#ea580c", "-", -0.12),
     ]:

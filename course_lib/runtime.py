@@ -102,9 +102,7 @@ def budget() -> str:
     """The training budget: ``"full"`` for students, ``"ci"`` for a quick check run."""
     value = os.environ.get(BUDGET_ENV, "full").strip().lower() or "full"
     if value not in BUDGETS:
-        raise ValueError(
-            f"{BUDGET_ENV}={value!r} is not a known budget; use one of {', '.join(BUDGETS)}"
-        )
+        raise ValueError(f"{BUDGET_ENV}={value!r} is not a known budget; use one of {', '.join(BUDGETS)}")
     return value
 
 
@@ -134,6 +132,5 @@ def start(seed: int = 1337) -> None:
     seed_everything(seed)
     print(
         f"torch {torch.__version__} | device: {get_device().type} | "
-        f"budget: {budget()} | seed: {seed}"
-        + (f" | threads: {threads}" if os.environ.get(THREADS_ENV) else "")
+        f"budget: {budget()} | seed: {seed}" + (f" | threads: {threads}" if os.environ.get(THREADS_ENV) else "")
     )

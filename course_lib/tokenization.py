@@ -28,9 +28,7 @@ import regex
 
 # GPT-2's pre-split pattern, character for character as tiktoken writes it: contractions,
 # letters with an optional leading space, numbers, punctuation runs, and whitespace.
-GPT2_SPLIT_PATTERN = (
-    r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
-)
+GPT2_SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 ENDOFTEXT = "<|endoftext|>"
 
 GPT2_RANKS_FILE = "gpt2.tiktoken"
@@ -53,9 +51,7 @@ def _check_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
     ids = [int(i) for i in ids]
     for i in ids:
         if not 0 <= i < vocab_size:
-            raise ValueError(
-                f"token id {i} is outside the vocabulary (valid ids are 0..{vocab_size - 1})"
-            )
+            raise ValueError(f"token id {i} is outside the vocabulary (valid ids are 0..{vocab_size - 1})")
     return ids
 
 
@@ -81,8 +77,7 @@ class CharTokenizer:
             return [self.stoi[ch] for ch in text]
         except KeyError as err:
             raise ValueError(
-                f"character {err.args[0]!r} is not in the vocabulary; "
-                "build the tokenizer from a text that contains it"
+                f"character {err.args[0]!r} is not in the vocabulary; build the tokenizer from a text that contains it"
             ) from None
 
     def decode(self, ids: Iterable[int]) -> str:
@@ -394,7 +389,8 @@ class BPETokenizer:
         self.inverse_special = {i: name for name, i in self.special_tokens.items()}
         self._special_split = (
             regex.compile("|".join(regex.escape(t) for t in sorted(self.special_tokens, key=len, reverse=True)))
-            if self.special_tokens else None
+            if self.special_tokens
+            else None
         )
         self._cache: dict[bytes, list[int]] = {}
 
@@ -434,7 +430,10 @@ class BPETokenizer:
 
     @classmethod
     def from_ranks(
-        cls, ranks: Mapping[bytes, int], special_tokens: Mapping[str, int] | None = None, pattern: str | None = GPT2_SPLIT_PATTERN
+        cls,
+        ranks: Mapping[bytes, int],
+        special_tokens: Mapping[str, int] | None = None,
+        pattern: str | None = GPT2_SPLIT_PATTERN,
     ) -> BPETokenizer:
         """tiktoken's form (token -> rank = id, no merge list): each token's merge is recovered
         as the two pieces that BPE with only the lower ranks leaves of its bytes."""
@@ -583,9 +582,11 @@ class BPETokenizer:
 
     def dumps(self) -> str:
         """The text :meth:`save` writes (also stored inside model files)."""
-        if any(self.vocab.get(i) != (bytes([i]) if i < 256 else None) for i in range(256)) or any(
-            self.vocab.get(256 + k) != self.vocab[a] + self.vocab[b] for k, (a, b) in enumerate(self.merges)
-        ) or len(self.vocab) != 256 + len(self.merges):
+        if (
+            any(self.vocab.get(i) != (bytes([i]) if i < 256 else None) for i in range(256))
+            or any(self.vocab.get(256 + k) != self.vocab[a] + self.vocab[b] for k, (a, b) in enumerate(self.merges))
+            or len(self.vocab) != 256 + len(self.merges)
+        ):
             raise ValueError(
                 "this tokenizer's ids do not follow the course layout (bytes 0..255, then one id per merge); "
                 "save it with save_gpt2_files() instead"
@@ -660,17 +661,24 @@ class BPETokenizer:
         """Read GPT-2-style ``vocab.json`` + ``merges.txt``. An entry of the vocabulary that is
         neither a single byte nor made by a merge is a special token (GPT-2's ``<|endoftext|>``)."""
         entries = json.loads(Path(vocab_path).read_text(encoding="utf-8"))
-        shared = sorted({i for i in entries.values() if list(entries.values()).count(i) > 1}) if len(
-            set(entries.values())) != len(entries) else []
+        shared = (
+            sorted({i for i in entries.values() if list(entries.values()).count(i) > 1})
+            if len(set(entries.values())) != len(entries)
+            else []
+        )
         if shared:
-            raise TokenizerFileError(f"{vocab_path}: ids {', '.join(map(str, shared[:5]))} are used by more than one token")
+            raise TokenizerFileError(
+                f"{vocab_path}: ids {', '.join(map(str, shared[:5]))} are used by more than one token"
+            )
         merges = []
         for number, line in enumerate(Path(merges_path).read_text(encoding="utf-8").splitlines(), 1):
             if not line or line.startswith("#version"):
                 continue
             parts = line.split(" ")
             if len(parts) != 2:
-                raise TokenizerFileError(f"{merges_path}, line {number}: expected two tokens separated by a space, got {line!r}")
+                raise TokenizerFileError(
+                    f"{merges_path}, line {number}: expected two tokens separated by a space, got {line!r}"
+                )
             merges.append(tuple(_from_gpt2_text(part, f"{merges_path}, line {number}") for part in parts))
         made = {a + b for a, b in merges}
         vocab, special = {}, {}
@@ -685,7 +693,8 @@ class BPETokenizer:
     def __repr__(self) -> str:
         return (
             f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
-            f"special_tokens={self.special_tokens}, pattern={'GPT-2' if self.pattern == GPT2_SPLIT_PATTERN else self.pattern!r})"
+            f"special_tokens={self.special_tokens}, "
+            f"pattern={'GPT-2' if self.pattern == GPT2_SPLIT_PATTERN else self.pattern!r})"
         )
 
 

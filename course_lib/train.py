@@ -36,6 +36,7 @@ from .runtime import get_device, seed_everything
 from .tokenization import tokenizer_to_dict
 from .training import TrainConfig, Trainer, bits_per_token, estimate_loss, perplexity
 
+
 def weights_digest(model: torch.nn.Module) -> str:
     """SHA-256 of every parameter's bytes: equal digests mean bit-identical weights."""
     digest = hashlib.sha256()
@@ -54,23 +55,35 @@ def _add_dataclass_flags(parser: argparse.ArgumentParser, cls, title: str, skip:
         default = f.default if f.default is not MISSING else None
         kind = type(default) if default is not None else (float if "float" in str(f.type) else int)
         if kind is bool:
-            group.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=None, metavar="BOOL", help=f"default {default}")
+            group.add_argument(
+                flag,
+                type=lambda s: s.lower() in ("1", "true", "yes"),
+                default=None,
+                metavar="BOOL",
+                help=f"default {default}",
+            )
         else:
             group.add_argument(flag, type=kind, default=None, help=f"default {default}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m course_lib.train", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True, help="folder for checkpoint.safetensors, model.safetensors, metrics.json")
+    parser.add_argument(
+        "--out", required=True, help="folder for checkpoint.safetensors, model.safetensors, metrics.json"
+    )
     parser.add_argument("--config", help="JSON file whose keys are any of the flags below (with underscores)")
     parser.add_argument("--resume", help="checkpoint to continue from (its configs win over flags)")
     parser.add_argument("--corpus", default=None, help="default stdlib-docs (offline)")
     parser.add_argument("--tokenizer", default=None, choices=TOKENIZERS, help="default bpe")
     parser.add_argument("--vocab-size", type=int, default=None, help="BPE vocabulary, default 1024")
     parser.add_argument("--model-seed", type=int, default=None, help="seed of the initial weights, default 1337")
-    parser.add_argument("--save-every", type=int, default=None, help="checkpoint every N steps (default: only at the end)")
+    parser.add_argument(
+        "--save-every", type=int, default=None, help="checkpoint every N steps (default: only at the end)"
+    )
     parser.add_argument("--stop-at", type=int, default=None, help="stop (and save) at this step, to --resume later")
-    parser.add_argument("--device", default=None, help="cpu, cuda or mps (default: the best available; cpu under torchrun)")
+    parser.add_argument(
+        "--device", default=None, help="cpu, cuda or mps (default: the best available; cpu under torchrun)"
+    )
     _add_dataclass_flags(parser, GPTConfig, "model (GPTConfig)", skip={"vocab_size"})
     _add_dataclass_flags(parser, TrainConfig, "training (TrainConfig)", skip={"context_length"})
     return parser.parse_args(argv)
@@ -85,8 +98,9 @@ def configs(settings: dict, vocab_size: int) -> tuple[GPTConfig, TrainConfig]:
     """The model and training configs a flat settings dict (a --config file, a run's
     ``settings``) describes, for a tokenizer of ``vocab_size`` tokens."""
     model_config = GPTConfig(vocab_size=vocab_size, **{k: settings[k] for k in MODEL_FIELDS if k in settings})
-    train_config = TrainConfig(context_length=model_config.context_length,
-                               **{k: settings[k] for k in TRAIN_FIELDS if k in settings})
+    train_config = TrainConfig(
+        context_length=model_config.context_length, **{k: settings[k] for k in TRAIN_FIELDS if k in settings}
+    )
     return model_config, train_config
 
 
@@ -102,7 +116,13 @@ def resolve(args: argparse.Namespace) -> dict:
         if unknown:
             raise ValueError(f"{args.config}: unknown settings {sorted(unknown)}")
         settings.update(loaded)
-    settings.update({k: v for k, v in vars(args).items() if v is not None and k not in ("out", "config", "resume", "device", "stop_at")})
+    settings.update(
+        {
+            k: v
+            for k, v in vars(args).items()
+            if v is not None and k not in ("out", "config", "resume", "device", "stop_at")
+        }
+    )
     return settings
 
 
@@ -127,8 +147,11 @@ def main(argv: list[str] | None = None) -> dict:
             trainer = Trainer(model, data.train_ids, data.val_ids, train_config)
         trainer.sample = _sampler(data, trainer.config.context_length)
         if rank == 0:
-            print(f"{model.num_parameters():,} parameters | {len(data.train_ids):,} training tokens | "
-                  f"device {device.type} | processes {trainer.world_size}", flush=True)
+            print(
+                f"{model.num_parameters():,} parameters | {len(data.train_ids):,} training tokens | "
+                f"device {device.type} | processes {trainer.world_size}",
+                flush=True,
+            )
         started = time.perf_counter()
         save_every = settings["save_every"] or trainer.config.steps
         stop = min(args.stop_at or trainer.config.steps, trainer.config.steps)
@@ -153,9 +176,16 @@ def main(argv: list[str] | None = None) -> dict:
             "threads": torch.get_num_threads(),
         }
         if rank == 0:
-            save_model(out / "model.safetensors", model, tokenizer=tokenizer_to_dict(data.tokenizer),
-                       corpus=settings["corpus"], eos_id=data.eos_id, train=asdict(trainer.config), results=results,
-                       settings=settings)
+            save_model(
+                out / "model.safetensors",
+                model,
+                tokenizer=tokenizer_to_dict(data.tokenizer),
+                corpus=settings["corpus"],
+                eos_id=data.eos_id,
+                train=asdict(trainer.config),
+                results=results,
+                settings=settings,
+            )
             metrics = {**results, "settings": settings, "weight_digests": digests, "history": asdict(trainer.history)}
             (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
             print(json.dumps(results), flush=True)
@@ -172,7 +202,7 @@ def _sampler(data: Prepared, context_length: int):
 
     def sample(model: GPT) -> str:
         out = generate(model, prompt.to(next(model.parameters()).device), 40, greedy=True, eos_id=data.eos_id)
-        return tok.decode(out[0, prompt.shape[1]:].tolist())
+        return tok.decode(out[0, prompt.shape[1] :].tolist())
 
     return sample
 

@@ -53,7 +53,9 @@ def bits_per_token(loss: float) -> float:
 
 
 @torch.no_grad()
-def estimate_loss(model: nn.Module, ids: torch.Tensor, context_length: int, batch_size: int = 32, max_batches: int | None = None) -> float:
+def estimate_loss(
+    model: nn.Module, ids: torch.Tensor, context_length: int, batch_size: int = 32, max_batches: int | None = None
+) -> float:
     """Mean loss over non-overlapping windows of ``ids``.
 
     With ``max_batches`` only that many batches of windows are used, spread evenly over the
@@ -290,7 +292,9 @@ class Trainer:
             x, y = self._micro_batch(self.step * c.grad_accum + a)
             sync = a == c.grad_accum - 1 or self._ddp is None
             with self._ddp.no_sync() if not sync else nullcontext():  # DDP averages on the last one only
-                with torch.autocast(self.device.type, dtype=self.dtype or torch.bfloat16, enabled=self.dtype is not None):
+                with torch.autocast(
+                    self.device.type, dtype=self.dtype or torch.bfloat16, enabled=self.dtype is not None
+                ):
                     loss = self._loss(x, y) / c.grad_accum
                 loss.backward()
             total += loss.detach()
@@ -359,7 +363,9 @@ class Trainer:
             dist.barrier()
 
     @classmethod
-    def resume(cls, path: str | Path, model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor, **options) -> Trainer:
+    def resume(
+        cls, path: str | Path, model: nn.Module, train_ids: torch.Tensor, val_ids: torch.Tensor, **options
+    ) -> Trainer:
         """A trainer that continues the run saved at ``path``: same config, weights, optimizer
         moments, step, history and random state, so the rest of the run is what it would have
         been without the interruption. ``model`` must have the saved shapes."""
@@ -396,7 +402,13 @@ def train_language_model(
     ``progress=None`` shows a progress bar unless ``COURSE_PROGRESS=0`` (see runtime).
     """
     config = TrainConfig(
-        steps=steps, batch_size=batch_size, context_length=context_length, lr=lr, weight_decay=weight_decay,
-        eval_every=eval_every, eval_batches=eval_batches, seed=seed,
+        steps=steps,
+        batch_size=batch_size,
+        context_length=context_length,
+        lr=lr,
+        weight_decay=weight_decay,
+        eval_every=eval_every,
+        eval_batches=eval_batches,
+        seed=seed,
     )
     return Trainer(model, train_ids, val_ids, config, progress=progress).train()

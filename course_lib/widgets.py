@@ -6,8 +6,8 @@ import html
 from collections.abc import Callable, Sequence
 
 import ipywidgets as widgets
-import torch
 import matplotlib.pyplot as plt
+import torch
 
 from .ngram import NGramLanguageModel
 from .plotting import compare_tokenizers_html, draw_sliding_windows
@@ -46,7 +46,9 @@ def window_explorer(tokens: Sequence[str], max_context: int = 8) -> widgets.VBox
     return widgets.VBox([widgets.HBox([context, stride]), out])
 
 
-def ngram_sampler(models: dict[int, NGramLanguageModel], encode: Callable, decode: Callable, prompt: str = "The ") -> widgets.VBox:
+def ngram_sampler(
+    models: dict[int, NGramLanguageModel], encode: Callable, decode: Callable, prompt: str = "The "
+) -> widgets.VBox:
     """Pick an n-gram order and a seed and read what the model writes."""
     order = widgets.Dropdown(options=sorted(models), value=max(models), description="order n")
     seed = widgets.IntSlider(value=0, min=0, max=20, description="seed")
@@ -68,8 +70,9 @@ def ngram_sampler(models: dict[int, NGramLanguageModel], encode: Callable, decod
     return widgets.VBox([widgets.HBox([order, seed, start]), out])
 
 
-
-def attention_explorer(attend: Callable[[str, bool], tuple[list[str], torch.Tensor]], sentences: Sequence[str], n_heads: int) -> widgets.VBox:
+def attention_explorer(
+    attend: Callable[[str, bool], tuple[list[str], torch.Tensor]], sentences: Sequence[str], n_heads: int
+) -> widgets.VBox:
     """Pick a sentence, a head and masking on/off; see that head's attention heatmap.
 
     ``attend(sentence, causal)`` returns the tokens and the weights of every head, (H, T, T).
@@ -86,7 +89,12 @@ def attention_explorer(attend: Callable[[str, bool], tuple[list[str], torch.Tens
         with out:
             out.clear_output(wait=True)
             _, ax = plt.subplots(figsize=(0.5 * len(tokens) + 2.5, 0.45 * len(tokens) + 1.5))
-            plot_attention(weights[head.value], tokens, title=f"head {head.value}, {'causal' if causal.value else 'bidirectional'}", ax=ax)
+            plot_attention(
+                weights[head.value],
+                tokens,
+                title=f"head {head.value}, {'causal' if causal.value else 'bidirectional'}",
+                ax=ax,
+            )
             plt.show()
 
     for w in (sentence, head, causal):
@@ -95,7 +103,9 @@ def attention_explorer(attend: Callable[[str, bool], tuple[list[str], torch.Tens
     return widgets.VBox([sentence, widgets.HBox([head, causal]), out])
 
 
-def sampling_explorer(model: torch.nn.Module, tokenizer, prompt: str = "The ", eos_id: int | None = None) -> widgets.VBox:
+def sampling_explorer(
+    model: torch.nn.Module, tokenizer, prompt: str = "The ", eos_id: int | None = None
+) -> widgets.VBox:
     """Temperature, top-k and top-p sliders: the next-token distribution they leave, and a sample.
 
     Bars show the 15 most likely next tokens; grey ones are removed by top-k / top-p.
@@ -114,7 +124,9 @@ def sampling_explorer(model: torch.nn.Module, tokenizer, prompt: str = "The ", e
 
     def draw(_=None) -> None:
         ids = torch.tensor(tokenizer.encode(text.value) or [0], device=device)  # (T,)
-        options = dict(temperature=temperature.value, top_k=top_k.value or None, top_p=top_p.value if top_p.value < 1 else None)
+        options = dict(
+            temperature=temperature.value, top_k=top_k.value or None, top_p=top_p.value if top_p.value < 1 else None
+        )
         plain = next_token_probs(model, ids, temperature.value)  # (V,) before filtering
         kept = next_token_probs(model, ids, **options)  # (V,) after
         top = torch.topk(plain, 15)
@@ -127,13 +139,21 @@ def sampling_explorer(model: torch.nn.Module, tokenizer, prompt: str = "The ", e
             ax.bar(range(15), top.values.tolist(), fill=False, edgecolor="grey", linewidth=0.8)
             ax.set_xticks(range(15), labels, rotation=45, ha="right", fontfamily="monospace")
             ax.set_ylabel("probability")
-            ax.set_title(f"next token: {int((kept > 0).sum())} of {len(kept)} tokens can be drawn (outline: before filtering)")
+            ax.set_title(
+                f"next token: {int((kept > 0).sum())} of {len(kept)} tokens can be drawn (outline: before filtering)"
+            )
             plt.tight_layout()
             plt.show()
-        out_ids = generate(model, ids[None], 40, generator=torch.Generator().manual_seed(seed.value), eos_id=eos_id, **options)
-        continuation = tokenizer.decode(out_ids[0, len(ids):].tolist())
+        out_ids = generate(
+            model, ids[None], 40, generator=torch.Generator().manual_seed(seed.value), eos_id=eos_id, **options
+        )
+        continuation = tokenizer.decode(out_ids[0, len(ids) :].tolist())
         sample.value = (
-            "<pre style='white-space:pre-wrap'>" + html.escape(text.value) + "<b>" + html.escape(continuation) + "</b></pre>"
+            "<pre style='white-space:pre-wrap'>"
+            + html.escape(text.value)
+            + "<b>"
+            + html.escape(continuation)
+            + "</b></pre>"
         )
 
     for w in (text, temperature, top_k, top_p, seed):

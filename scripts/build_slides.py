@@ -4,10 +4,10 @@
     python scripts/build_slides.py notebooks/04_self_attention.ipynb
 
 Each deck is ``slides/NN_name.slides.html``; it loads reveal.js, MathJax, require.js, jQuery
-and the Jupyter widgets renderer (for the saved widget views) from ``slides/vendor`` (installed from the npm registry with the versions pinned in
-``scripts/slides/package-lock.json``), and has its images embedded, so the folder works in a
-lecture hall with no network. Speaker notes come from cells of slide type ``notes``
-(press ``s`` in the deck).
+and the Jupyter widgets renderer (for the saved widget views) from ``slides/vendor``
+(installed from the npm registry with the versions pinned in ``scripts/slides/package-lock.json``),
+and has its images embedded, so the folder works in a lecture hall with no network. Speaker
+notes come from cells of slide type ``notes`` (press ``s`` in the deck).
 """
 
 from __future__ import annotations
@@ -34,14 +34,20 @@ def install_vendor() -> None:
     VENDOR.mkdir(parents=True, exist_ok=True)
     lock = (SOURCE / "package-lock.json").read_bytes()
     stamp = VENDOR / "node_modules" / ".package-lock.json"
-    if (VENDOR / "package-lock.json").exists() and (VENDOR / "package-lock.json").read_bytes() == lock and stamp.exists():
+    if (
+        (VENDOR / "package-lock.json").exists()
+        and (VENDOR / "package-lock.json").read_bytes() == lock
+        and stamp.exists()
+    ):
         return
     npm = shutil.which("npm")
     if npm is None:
         raise SystemExit("building the decks needs npm (Node.js) to fetch reveal.js once; install Node.js and retry")
     for name in ("package.json", "package-lock.json"):
         shutil.copy(SOURCE / name, VENDOR / name)
-    subprocess.run([npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"], cwd=VENDOR, check=True)
+    subprocess.run(
+        [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"], cwd=VENDOR, check=True
+    )
 
 
 def exporter() -> SlidesExporter:
@@ -58,7 +64,9 @@ def exporter() -> SlidesExporter:
     c.SlidesExporter.require_js_url = f"{MODULES}/requirejs/require.js"
     c.SlidesExporter.jquery_url = f"{MODULES}/jquery/dist/jquery.min.js"
     c.SlidesExporter.mathjax_url = f"{MODULES}/mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe"
-    c.SlidesExporter.widget_renderer_url = f"{MODULES}/@jupyter-widgets/html-manager/dist/embed-amd.js"  # saved widget views
+    c.SlidesExporter.widget_renderer_url = (
+        f"{MODULES}/@jupyter-widgets/html-manager/dist/embed-amd.js"  # saved widget views
+    )
     c.SlidesExporter.embed_images = True  # markdown images (figures/) go inside the deck
     return SlidesExporter(config=c)
 

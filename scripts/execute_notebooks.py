@@ -71,14 +71,22 @@ def merge_streams(outputs: list) -> list:
 def execute(path: Path, budget: str, threads: int, timeout: int) -> float:
     nb = nbformat.read(path, as_version=4)
     # No progress bars in stored outputs: a saved bar is frozen at 0% when rendered on GitHub.
-    env = {"COURSE_BUDGET": budget, "COURSE_THREADS": str(threads), "PYTHONHASHSEED": "0", "COURSE_PROGRESS": "0",
-           "COURSE_DEVICE": "cpu"}
+    env = {
+        "COURSE_BUDGET": budget,
+        "COURSE_THREADS": str(threads),
+        "PYTHONHASHSEED": "0",
+        "COURSE_PROGRESS": "0",
+        "COURSE_DEVICE": "cpu",
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the kernel inherits this process's environment
     try:
         start = time.perf_counter()
         client = NotebookClient(
-            nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}},
+            nb,
+            timeout=timeout,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(NOTEBOOKS)}},
             store_widget_state=True,  # the static slide decks render the saved widget views
         )
         client.execute()

@@ -39,7 +39,8 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"\nPython {platform.python_version()} ships other documentation (the default corpus) than the one the "
             f"stored outputs were computed from, so these notebooks ran with their assertions but without comparing "
-            f"outputs: {', '.join(LAX_NOTEBOOKS)}", yellow=True
+            f"outputs: {', '.join(LAX_NOTEBOOKS)}",
+            yellow=True,
         )
 
 

@@ -21,7 +21,7 @@ def test_default_corpus_is_offline_english_text():
     text = load_corpus()
     assert text == load_corpus("stdlib-docs")
     assert len(text) > 400_000
-    assert "The \"assert\" statement" in text
+    assert 'The "assert" statement' in text
     assert text.count(" the ") > 3000
 
 

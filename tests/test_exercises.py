@@ -8,7 +8,6 @@ import torch.nn.functional as F
 
 from course_lib.exercises import EXERCISES, check
 
-
 # -- correct solutions, written the way a student would -------------------------------------
 
 
@@ -199,7 +198,9 @@ MISTAKES = {
         lambda ids: pair_counts(list(zip(ids[::2], ids[1::2]))),  # non-overlapping only
     ],
     "merge": [
-        lambda ids, pair, new: [new if i < len(ids) - 1 and (ids[i], ids[i + 1]) == pair else t for i, t in enumerate(ids)],
+        lambda ids, pair, new: [
+            new if i < len(ids) - 1 and (ids[i], ids[i + 1]) == pair else t for i, t in enumerate(ids)
+        ],
         lambda ids, pair, new: [t for t in ids if t not in pair] + [new],
         lambda ids, pair, new: list(ids),
     ],
@@ -220,7 +221,9 @@ MISTAKES = {
     ],
     "context-windows": [
         lambda idx, c, p: context_windows(idx, c, 0),  # ignores pad_id
-        lambda idx, c, p: torch.cat([idx, torch.full((idx.shape[0], c - 1), p)], 1).unfold(1, c, 1),  # pads on the right
+        lambda idx, c, p: torch.cat([idx, torch.full((idx.shape[0], c - 1), p)], 1).unfold(
+            1, c, 1
+        ),  # pads on the right
         lambda idx, c, p: context_windows(idx, c, p).flip(-1),  # reversed order
     ],
     "attention": [
@@ -229,9 +232,15 @@ MISTAKES = {
         lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], -1) @ v,  # divides by d, not sqrt(d)
     ],
     "causal-softmax": [
-        lambda s: torch.softmax(s, -1) * torch.tril(torch.ones(s.shape[-2:])),  # masks after softmax, no renormalisation
-        lambda s: torch.softmax(s.masked_fill(torch.tril(torch.ones(s.shape[-2:], dtype=torch.bool)), float("-inf")), -1),  # wrong triangle
-        lambda s: torch.softmax(s.masked_fill(torch.triu(torch.ones(s.shape[-2:], dtype=torch.bool), 1), 0.0), -1),  # fills 0, not -inf
+        lambda s: (
+            torch.softmax(s, -1) * torch.tril(torch.ones(s.shape[-2:]))
+        ),  # masks after softmax, no renormalisation
+        lambda s: torch.softmax(
+            s.masked_fill(torch.tril(torch.ones(s.shape[-2:], dtype=torch.bool)), float("-inf")), -1
+        ),  # wrong triangle
+        lambda s: torch.softmax(
+            s.masked_fill(torch.triu(torch.ones(s.shape[-2:], dtype=torch.bool), 1), 0.0), -1
+        ),  # fills 0, not -inf
     ],
     "split-heads": [
         lambda x, h: x.view(x.shape[0], h, x.shape[1], -1),  # view without transpose
@@ -239,20 +248,33 @@ MISTAKES = {
         lambda x, h: x.view(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),  # heads interleaved
     ],
     "sinusoidal-encoding": [
-        lambda T, d: sinusoidal(T, d)[:, torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])],  # halves, not interleaved
+        lambda T, d: sinusoidal(T, d)[
+            :, torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
+        ],  # halves, not interleaved
         lambda T, d: torch.stack([sinusoidal(T, d)[:, 1::2], sinusoidal(T, d)[:, 0::2]], -1).flatten(1),  # cos first
         lambda T, d: sinusoidal(T + 1, d)[1:],  # positions start at 1
     ],
     "rope": [
         lambda x, p: rope(x, p + 1),  # off by one position
         lambda x, p: rope(x, -p),  # rotates the wrong way (the sign slip)
-        lambda x, p: torch.stack([x[..., 0::2] * (p[:, None] * 10000 ** (-torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])).cos(),
-                                  x[..., 1::2] * (p[:, None] * 10000 ** (-torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])).cos()], -1).flatten(-2),  # scales, no rotation
+        lambda x, p: torch.stack(
+            [
+                x[..., 0::2] * (p[:, None] * 10000 ** (-torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])).cos(),
+                x[..., 1::2] * (p[:, None] * 10000 ** (-torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])).cos(),
+            ],
+            -1,
+        ).flatten(-2),  # scales, no rotation
     ],
     "layer-norm": [
-        lambda x, w, b, eps: (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + eps) * w + b,  # unbiased variance
-        lambda x, w, b, eps: (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True, unbiased=False) + eps) * w + b,  # eps outside the sqrt
-        lambda x, w, b, eps: (x - x.mean(0, keepdim=True)) / torch.sqrt(x.var(0, keepdim=True, unbiased=False) + eps) * w + b,  # over the batch
+        lambda x, w, b, eps: (
+            (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + eps) * w + b
+        ),  # unbiased variance
+        lambda x, w, b, eps: (
+            (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True, unbiased=False) + eps) * w + b
+        ),  # eps outside the sqrt
+        lambda x, w, b, eps: (
+            (x - x.mean(0, keepdim=True)) / torch.sqrt(x.var(0, keepdim=True, unbiased=False) + eps) * w + b
+        ),  # over the batch
     ],
     "gpt2-parameters": [
         lambda V, T, C, L: gpt2_parameters(V, T, C, L) + V * C,  # counts the tied head twice
@@ -262,7 +284,9 @@ MISTAKES = {
     "lr-schedule": [
         lambda s, hi, lo, w, t: hi * s / w if s < w else lr_schedule(s, hi, lo, w, t),  # warmup starts at 0
         lambda s, hi, lo, w, t: lr_schedule(s, hi, 0.0, w, t),  # decays to 0, not min_lr
-        lambda s, hi, lo, w, t: lr_schedule(s, hi, lo, w, t) if s < w else lo + (hi - lo) * (1 + math.cos(math.pi * s / t)) / 2,  # cosine ignores warmup
+        lambda s, hi, lo, w, t: (
+            lr_schedule(s, hi, lo, w, t) if s < w else lo + (hi - lo) * (1 + math.cos(math.pi * s / t)) / 2
+        ),  # cosine ignores warmup
     ],
     "clip-grad-norm": [
         lambda gs, m: [g * min(1.0, m / (float(g.norm()) + 1e-6)) for g in gs],  # each tensor on its own
@@ -271,12 +295,16 @@ MISTAKES = {
     ],
     "top-k": [
         lambda logits, k: logits.masked_fill(logits < torch.topk(logits, k).values[:, -1:], 0.0),  # 0, not -inf
-        lambda logits, k: logits.masked_fill(logits <= torch.topk(logits, k).values[:, -1:], float("-inf")),  # keeps k - 1
+        lambda logits, k: logits.masked_fill(
+            logits <= torch.topk(logits, k).values[:, -1:], float("-inf")
+        ),  # keeps k - 1
         lambda logits, k: torch.topk(logits, k).values,  # returns the k values, positions lost
     ],
     "top-p": [
         lambda logits, p: top_p_inclusive(logits, p),  # drops the token that crosses p
-        lambda logits, p: logits.masked_fill(torch.softmax(logits, -1) < 1 - p, float("-inf")),  # a threshold, not a set
+        lambda logits, p: logits.masked_fill(
+            torch.softmax(logits, -1) < 1 - p, float("-inf")
+        ),  # a threshold, not a set
         lambda logits, p: top_p_unsorted(logits, p),  # accumulates in vocabulary order
     ],
     "merge-heads": [

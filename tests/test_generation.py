@@ -50,7 +50,9 @@ def test_bad_temperature(model):
 @pytest.mark.parametrize("fast", [True, False])
 def test_kv_cache_gives_the_same_tokens_as_recomputing(positional, fast):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=60, context_length=12, n_layers=2, n_heads=2, d_model=32, positional=positional, fast=fast))
+    model = GPT(
+        GPTConfig(vocab_size=60, context_length=12, n_layers=2, n_heads=2, d_model=32, positional=positional, fast=fast)
+    )
     start = torch.randint(0, 60, (3, 5))
     # 25 new tokens: the window slides past the context of 12, so the cache is refilled too
     for options in [dict(greedy=True), dict(top_k=8, temperature=1.3), dict(top_p=0.8)]:
@@ -62,7 +64,9 @@ def test_kv_cache_gives_the_same_tokens_as_recomputing(positional, fast):
 @pytest.mark.parametrize("positional", ["learned", "rope"])
 def test_cached_logits_match_the_full_forward_pass(positional):
     torch.manual_seed(1)
-    model = GPT(GPTConfig(vocab_size=30, context_length=16, n_layers=3, n_heads=4, d_model=32, positional=positional)).eval()
+    model = GPT(
+        GPTConfig(vocab_size=30, context_length=16, n_layers=3, n_heads=4, d_model=32, positional=positional)
+    ).eval()
     ids = torch.randint(0, 30, (2, 16))
     full = model(ids)  # (B, T, V)
     cache = model.new_cache()

@@ -53,7 +53,9 @@ def test_training_lowers_the_loss_on_a_learnable_sequence():
     ids = torch.tensor([0, 1, 2, 3, 4] * 200)  # fully predictable from one previous token
     model = MLPLanguageModel(5, context=2, embed_dim=8, hidden=32)
     before = estimate_loss(model, ids, 16)
-    history = train_language_model(model, ids[:800], ids[800:], context_length=16, batch_size=8, steps=150, lr=1e-2, eval_every=50, progress=False)
+    history = train_language_model(
+        model, ids[:800], ids[800:], context_length=16, batch_size=8, steps=150, lr=1e-2, eval_every=50, progress=False
+    )
     assert isinstance(history, History) and history.steps == [50, 100, 150]
     assert before > 1.0 and history.val_loss[-1] < 0.05
     assert not model.training
@@ -71,4 +73,12 @@ def test_estimate_loss_is_deterministic_and_restores_mode():
 
 def test_training_rejects_zero_steps():
     with pytest.raises(ValueError, match="steps must be a positive integer"):
-        train_language_model(MLPLanguageModel(5, 2), torch.arange(5).repeat(20), torch.arange(5).repeat(5), context_length=4, batch_size=2, steps=0, lr=1e-3)
+        train_language_model(
+            MLPLanguageModel(5, 2),
+            torch.arange(5).repeat(20),
+            torch.arange(5).repeat(5),
+            context_length=4,
+            batch_size=2,
+            steps=0,
+            lr=1e-3,
+        )

@@ -24,8 +24,16 @@ TINY = dict(vocab_size=101, context_length=32, n_layers=2, n_heads=4, d_model=32
 def tiny_hf_gpt2():
     torch.manual_seed(0)
     config = transformers.GPT2Config(
-        vocab_size=101, n_positions=32, n_embd=32, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        vocab_size=101,
+        n_positions=32,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=0,
+        eos_token_id=0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
     )
     return transformers.GPT2LMHeadModel(config).eval()
 
@@ -44,14 +52,18 @@ def test_gpt2_names_and_shapes_map_one_to_one():
     ours = dict(GPT(GPTConfig.gpt2(**TINY)).state_dict())
     for name, value in ours.items():
         theirs = hf[name]
-        assert value.shape == (theirs.t().shape if name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")) else theirs.shape), name
+        assert value.shape == (
+            theirs.t().shape if name.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")) else theirs.shape
+        ), name
 
 
 def test_loading_from_a_safetensors_file_without_the_prefix(tmp_path):
     from safetensors.torch import save_file
 
     hf = tiny_hf_gpt2()
-    stripped = {k.removeprefix("transformer."): v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"}
+    stripped = {
+        k.removeprefix("transformer."): v.contiguous() for k, v in hf.state_dict().items() if k != "lm_head.weight"
+    }
     save_file(stripped, str(tmp_path / "tiny.safetensors"))
     from safetensors.torch import load_file
 
@@ -83,12 +95,27 @@ def test_pretrained_download_offline_is_a_clear_error(tmp_path, monkeypatch):
 def test_matches_huggingface_llama():
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
-        vocab_size=101, hidden_size=32, intermediate_size=88, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=64, bos_token_id=0, eos_token_id=0, pad_token_id=0,
+        vocab_size=101,
+        hidden_size=32,
+        intermediate_size=88,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=0,
     )
     hf = transformers.LlamaForCausalLM(config).eval()
-    ours_config = GPTConfig.llama_like(vocab_size=101, context_length=64, n_layers=2, n_heads=4, d_model=32, ffn_hidden=88,
-                                       norm_eps=config.rms_norm_eps)
+    ours_config = GPTConfig.llama_like(
+        vocab_size=101,
+        context_length=64,
+        n_layers=2,
+        n_heads=4,
+        d_model=32,
+        ffn_hidden=88,
+        norm_eps=config.rms_norm_eps,
+    )
     ours = load_llama_state_dict(GPT(ours_config), hf.state_dict()).eval()
     idx = torch.randint(0, 101, (2, 40), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
@@ -158,7 +185,15 @@ def test_gpt2_small_has_124m_parameters():
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"tie_weights": False}, {"bias": False}, {"norm": "rmsnorm"}, {"ffn": "swiglu"}, {"positional": "rope"}, {"pre_norm": False}],
+    [
+        {},
+        {"tie_weights": False},
+        {"bias": False},
+        {"norm": "rmsnorm"},
+        {"ffn": "swiglu"},
+        {"positional": "rope"},
+        {"pre_norm": False},
+    ],
 )
 def test_formula_matches_model_for_every_variant(overrides):
     config = GPTConfig(**TINY, **overrides)

@@ -26,7 +26,9 @@ def test_probabilities_match_counting_by_hand(order, alpha):
         assert probs.shape == (5,)
         assert probs.sum().item() == pytest.approx(1.0, abs=1e-6)
         for token in range(5):
-            assert probs[token].item() == pytest.approx(brute_force_prob(ids, order, 5, alpha, context, token), rel=1e-6)
+            assert probs[token].item() == pytest.approx(
+                brute_force_prob(ids, order, 5, alpha, context, token), rel=1e-6
+            )
 
 
 def test_bigram_known_values_and_cross_entropy():

@@ -92,8 +92,13 @@ def test_no_volatile_metadata(nb):
 
 def test_widget_views_have_saved_state(nb):
     """An explorer's output is only a placeholder without its state; the decks need both."""
-    views = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
-             if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    views = [
+        o
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
     if views:
         state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
         for view in views:
@@ -113,8 +118,13 @@ def timed_names(code: str) -> set[str]:
     tree = ast.parse(code)
 
     def reads_time(node: ast.AST, timed: set[str]) -> bool:
-        local = {n.id for c in ast.walk(node) if isinstance(c, ast.comprehension) for n in ast.walk(c.target)
-                 if isinstance(n, ast.Name)}  # a comprehension's own variables shadow outer names
+        local = {
+            n.id
+            for c in ast.walk(node)
+            if isinstance(c, ast.comprehension)
+            for n in ast.walk(c.target)
+            if isinstance(n, ast.Name)
+        }  # a comprehension's own variables shadow outer names
         timed = timed - local
         for sub in ast.walk(node):
             if isinstance(sub, ast.Call):
@@ -143,7 +153,11 @@ def timed_names(code: str) -> set[str]:
                         timed |= targets(t)
             elif isinstance(node, ast.For) and reads_time(node.iter, timed):
                 timed |= targets(node.target)
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("append", "extend", "__setitem__"):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("append", "extend", "__setitem__")
+            ):
                 if any(reads_time(a, timed) for a in node.args):
                     timed |= targets(node.func.value)
         if len(timed) == before:
@@ -153,8 +167,11 @@ def timed_names(code: str) -> set[str]:
 def time_assertions(code: str) -> list[str]:
     timed = timed_names(code)
     tree = ast.parse(code)
-    return [ast.unparse(node) for node in ast.walk(tree)
-            if isinstance(node, ast.Assert) and any(isinstance(n, ast.Name) and n.id in timed for n in ast.walk(node.test))]
+    return [
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assert) and any(isinstance(n, ast.Name) and n.id in timed for n in ast.walk(node.test))
+    ]
 
 
 def notebook_code(nb) -> str:
@@ -164,15 +181,23 @@ def notebook_code(nb) -> str:
 
 def test_the_time_assertion_detector_finds_what_it_should():
     assert time_assertions("t0 = time.perf_counter()\nx = f()\nseconds = time.perf_counter() - t0\nassert seconds < 1")
-    assert time_assertions("runs = []\nfor _ in range(3):\n    t = perf_counter()\n    runs.append(perf_counter() - t)\n"
-                           "best = min(runs)\nslope = math.log(best)\nassert slope > 1.2")
+    assert time_assertions(
+        "runs = []\nfor _ in range(3):\n    t = perf_counter()\n    runs.append(perf_counter() - t)\n"
+        "best = min(runs)\nslope = math.log(best)\nassert slope > 1.2"
+    )
     assert time_assertions("timings = {}\ntimings[k].append(time.time() - t0)\nassert timings['a'] < 2")
-    assert not time_assertions("t0 = time.perf_counter()\ny = model(x)\nprint(time.perf_counter() - t0)\nassert y.shape == (2, 3)")
+    assert not time_assertions(
+        "t0 = time.perf_counter()\ny = model(x)\nprint(time.perf_counter() - t0)\nassert y.shape == (2, 3)"
+    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS + sorted((ROOT / "tests").glob("test_*.py")), ids=lambda p: p.name)
 def test_nothing_asserts_on_a_measured_time(path):
-    code = notebook_code(nbformat.read(path, as_version=4)) if path.suffix == ".ipynb" else path.read_text(encoding="utf-8")
+    code = (
+        notebook_code(nbformat.read(path, as_version=4))
+        if path.suffix == ".ipynb"
+        else path.read_text(encoding="utf-8")
+    )
     assert not time_assertions(code), "assert results, memory or counted work, never a measured time"
 
 
@@ -190,13 +215,20 @@ def sanitize(text: str) -> str:
     return text
 
 
-@pytest.mark.parametrize("variant", [
-    "torch 2.13.0+cu128 | device: cuda | budget: full | seed: 0 | threads: 16",
-    "torch 2.13.0 | device: mps | budget: ci | seed: 0 | threads: 8",
-    "torch 2.13.0+rocm6.4 | device: cuda | budget: ci | seed: 0 | threads: 64",
-    "torch 2.14.0.dev20261101+cpu | device: cpu | budget: ci | seed: 0 | threads: 2",
-])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "torch 2.13.0+cu128 | device: cuda | budget: full | seed: 0 | threads: 16",
+        "torch 2.13.0 | device: mps | budget: ci | seed: 0 | threads: 8",
+        "torch 2.13.0+rocm6.4 | device: cuda | budget: ci | seed: 0 | threads: 64",
+        "torch 2.14.0.dev20261101+cpu | device: cpu | budget: ci | seed: 0 | threads: 2",
+    ],
+)
 def test_the_first_line_of_a_notebook_is_the_same_on_every_install(variant):
     stored = "torch 2.13.0+cpu | device: cpu | budget: ci | seed: 0 | threads: 2"
-    assert sanitize(variant) == sanitize(stored) == "torch VERSION | device: DEVICE | budget: BUDGET | seed: 0 | threads: N"
+    assert (
+        sanitize(variant)
+        == sanitize(stored)
+        == "torch VERSION | device: DEVICE | budget: BUDGET | seed: 0 | threads: N"
+    )
     assert sanitize("seed: 1337 | 3.494 nats") == "seed: 1337 | 3.494 nats"  # results are not masked

@@ -90,7 +90,13 @@ def test_sampling_explorer_follows_its_sliders():
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=tok.vocab_size, context_length=16, n_layers=1, n_heads=2, d_model=16))
     box = widgets.sampling_explorer(model, tok, prompt="the ")
-    text, (temperature, top_k), (top_p, seed), _, sample = box.children[0], box.children[1].children, box.children[2].children, box.children[3], box.children[4]
+    text, (temperature, top_k), (top_p, seed), _, sample = (
+        box.children[0],
+        box.children[1].children,
+        box.children[2].children,
+        box.children[3],
+        box.children[4],
+    )
     first = sample.value
     assert first.startswith("<pre") and "the " in first
     top_k.value = 1  # only the most likely token can be drawn: the sample becomes greedy

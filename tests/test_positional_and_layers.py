@@ -130,7 +130,9 @@ def test_alibi_slopes_match_the_paper():
     assert alibi_slopes(8).tolist() == pytest.approx([2 ** -(i + 1) for i in range(8)])
     assert alibi_slopes(4).tolist() == pytest.approx([2 ** -(2 * (i + 1)) for i in range(4)])
     six = alibi_slopes(6).tolist()
-    assert six[:4] == pytest.approx(alibi_slopes(4).tolist()) and six[4:] == pytest.approx(alibi_slopes(8).tolist()[0:4:2])
+    assert six[:4] == pytest.approx(alibi_slopes(4).tolist()) and six[4:] == pytest.approx(
+        alibi_slopes(8).tolist()[0:4:2]
+    )
 
 
 def test_alibi_bias_penalises_distance():
@@ -200,15 +202,18 @@ def test_module_docstring_documents_the_pairing_convention():
     assert "halves" in positional.__doc__ and "interleaved" in positional.__doc__
 
 
-@pytest.mark.parametrize("make", [
-    lambda fast: layers.LayerNorm(24, fast=fast),
-    lambda fast: layers.LayerNorm(24, bias=False, fast=fast),
-    lambda fast: layers.RMSNorm(24, fast=fast),
-    lambda fast: layers.FeedForward(24, 40, "gelu_tanh", fast=fast),
-    lambda fast: layers.FeedForward(24, 40, "gelu", fast=fast),
-    lambda fast: layers.FeedForward(24, 40, "relu", fast=fast),
-    lambda fast: layers.SwiGLU(24, 40, fast=fast),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda fast: layers.LayerNorm(24, fast=fast),
+        lambda fast: layers.LayerNorm(24, bias=False, fast=fast),
+        lambda fast: layers.RMSNorm(24, fast=fast),
+        lambda fast: layers.FeedForward(24, 40, "gelu_tanh", fast=fast),
+        lambda fast: layers.FeedForward(24, 40, "gelu", fast=fast),
+        lambda fast: layers.FeedForward(24, 40, "relu", fast=fast),
+        lambda fast: layers.SwiGLU(24, 40, fast=fast),
+    ],
+)
 def test_fused_layers_compute_the_written_out_function(make):
     torch.manual_seed(0)
     slow, fast = make(False), make(True)
@@ -218,6 +223,6 @@ def test_fused_layers_compute_the_written_out_function(make):
     fast.load_state_dict(slow.state_dict())
     x = torch.randn(3, 5, 24, requires_grad=True)
     torch.testing.assert_close(fast(x), slow(x), atol=1e-5, rtol=1e-5)
-    gx_fast, = torch.autograd.grad(fast(x).square().sum(), x)
-    gx_slow, = torch.autograd.grad(slow(x).square().sum(), x)
+    (gx_fast,) = torch.autograd.grad(fast(x).square().sum(), x)
+    (gx_slow,) = torch.autograd.grad(slow(x).square().sum(), x)
     torch.testing.assert_close(gx_fast, gx_slow, atol=1e-4, rtol=1e-4)

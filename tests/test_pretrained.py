@@ -5,9 +5,9 @@ import re
 import pytest
 import torch
 
+from course_lib.data import prepare_data
 from course_lib.generation import generate
 from course_lib.pretrained import CARD_PATH, CONFIG_PATH, MODEL_PATH, load_pretrained
-from course_lib.data import prepare_data
 from course_lib.training import estimate_loss
 
 

@@ -45,8 +45,15 @@ def browser():
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
         )
         yield browser
         browser.close()
@@ -65,9 +72,19 @@ def test_deck_in_a_real_browser(notebook, decks, browser):
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     problems: list[str] = []
     page.on("requestfailed", lambda request: problems.append(f"request failed: {request.url}"))
-    page.on("response", lambda response: problems.append(f"HTTP {response.status}: {response.url}") if response.status >= 400 else None)
+    page.on(
+        "response",
+        lambda response: problems.append(f"HTTP {response.status}: {response.url}") if response.status >= 400 else None,
+    )
     page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    page.on("request", lambda request: problems.append(f"left the machine: {request.url}") if not request.url.startswith(("file://", "data:", "blob:", "about:")) else None)
+    page.on(
+        "request",
+        lambda request: (
+            problems.append(f"left the machine: {request.url}")
+            if not request.url.startswith(("file://", "data:", "blob:", "about:"))
+            else None
+        ),
+    )
 
     page.goto(decks[notebook.stem].as_uri())
     page.wait_for_function("window.Reveal && Reveal.isReady()", timeout=30_000)
@@ -89,10 +106,16 @@ def test_deck_in_a_real_browser(notebook, decks, browser):
     assert broken == 0 and page.evaluate("document.images.length") > 0
 
     # Saved widget views (the explorers) are rendered from the stored widget state.
-    n_views = sum("application/vnd.jupyter.widget-view+json" in o.get("data", {})
-                  for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    n_views = sum(
+        "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+    )
     if n_views:
-        page.wait_for_function(f"document.querySelectorAll('.jupyter-widgets.widget-vbox').length >= {n_views}", timeout=30_000)
+        page.wait_for_function(
+            f"document.querySelectorAll('.jupyter-widgets.widget-vbox').length >= {n_views}", timeout=30_000
+        )
 
     # Go to the first slide with a code cell and step through its fragments: the cell must show.
     h, v = page.evaluate(
@@ -125,9 +148,19 @@ def lab_server():
         port = s.getsockname()[1]
     token = "course-test"
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1", "--allow-root",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={ROOT / 'notebooks'}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            f"--port={port}",
+            "--ip=127.0.0.1",
+            "--allow-root",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={ROOT / 'notebooks'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -150,14 +183,21 @@ def test_rise_presents_a_notebook_live(lab_server, browser):
     notebook = NOTEBOOKS[0]
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     outside: list[str] = []
-    page.on("request", lambda request: outside.append(request.url) if not request.url.startswith((base, "data:", "blob:", "about:")) else None)
+    page.on(
+        "request",
+        lambda request: (
+            outside.append(request.url) if not request.url.startswith((base, "data:", "blob:", "about:")) else None
+        ),
+    )
     page.goto(f"{base}/rise/{notebook.name}?token={token}")
     page.wait_for_selector(".reveal .slides section", timeout=60_000)
     types = [c.metadata["slideshow"]["slide_type"] for c in nbformat.read(notebook, as_version=4).cells]
     page.wait_for_timeout(1000)
     # one horizontal section per "slide" cell, holding its "subslide" cells as vertical sections
     assert page.evaluate("document.querySelectorAll('.reveal .slides > section').length") == types.count("slide")
-    assert page.evaluate("document.querySelectorAll('.reveal .slides > section > section').length") == types.count("slide") + types.count("subslide")
+    assert page.evaluate("document.querySelectorAll('.reveal .slides > section > section').length") == types.count(
+        "slide"
+    ) + types.count("subslide")
     assert page.locator(".reveal section.present").first.is_visible()
     page.screenshot(path=str(SCREENSHOTS / "rise_live.png"))
     found = list(outside)

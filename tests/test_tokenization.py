@@ -333,7 +333,9 @@ def test_a_vocabulary_with_any_ids_and_a_special_token_at_id_0(trained, corpus):
     merges = [(trained.vocab[a], trained.vocab[b]) for a, b in trained.merges]
     shifted = BPETokenizer.from_vocab(vocab, merges, {ENDOFTEXT: 0}, pattern=trained.pattern)
     text = corpus[:3000] + ENDOFTEXT + " the end"
-    expected = [0 if i == trained.special_tokens[ENDOFTEXT] else i + 1 for i in trained.encode(text, allowed_special="all")]
+    expected = [
+        0 if i == trained.special_tokens[ENDOFTEXT] else i + 1 for i in trained.encode(text, allowed_special="all")
+    ]
     assert shifted.encode(text, allowed_special="all") == expected
     assert shifted.decode(expected) == text and shifted.vocab_size == trained.vocab_size
 

@@ -101,8 +101,9 @@ def test_compiled_training_computes_what_eager_training_computes(data, monkeypat
     for compiled in (False, True):
         torch.manual_seed(1)
         model = GPT(GPTConfig(**{**CONFIG.__dict__, "dropout": 0.0}))  # compiled dropout draws other numbers
-        config = TrainConfig(steps=3, batch_size=8, context_length=16, lr=3e-3, eval_every=3, precision="fp32",
-                             compile=compiled)
+        config = TrainConfig(
+            steps=3, batch_size=8, context_length=16, lr=3e-3, eval_every=3, precision="fp32", compile=compiled
+        )
         results[compiled] = Trainer(model, train, val, config, progress=False).train().train_loss[-1]
     assert results[True] == pytest.approx(results[False], abs=1e-4)
 
@@ -140,7 +141,9 @@ def test_gradient_accumulation_equals_one_big_batch(data):
     for accum in (1, 4):
         torch.manual_seed(1)
         model = GPT(no_dropout)
-        config = TrainConfig(steps=3, batch_size=8, context_length=16, lr=1e-3, grad_accum=accum, eval_every=10, precision="fp32")
+        config = TrainConfig(
+            steps=3, batch_size=8, context_length=16, lr=1e-3, grad_accum=accum, eval_every=10, precision="fp32"
+        )
         trainer = Trainer(model, train, val, config, progress=False)
         if accum == 4:  # micro-batch i of the accumulated run = rows of batch i // 4 of the other
             trainer.batches = _Regrouped(WindowBatches(train, 16, 8, seed=0), 4)
@@ -172,14 +175,27 @@ def test_clipping_bounds_the_gradient_norm(data, monkeypatch):
         return real_step(self, *args, **kwargs)
 
     monkeypatch.setattr(torch.optim.AdamW, "step", spy)
-    Trainer(fresh_model(), train, val, TrainConfig(steps=3, batch_size=8, context_length=16, lr=1e-3, grad_clip=1e-3), progress=False).train()
+    Trainer(
+        fresh_model(),
+        train,
+        val,
+        TrainConfig(steps=3, batch_size=8, context_length=16, lr=1e-3, grad_clip=1e-3),
+        progress=False,
+    ).train()
     assert max(norms) <= 1e-3 * (1 + 1e-4)
 
 
 def test_training_lowers_the_loss_and_records_history(data):
     train, val = data
     model = fresh_model()
-    trainer = Trainer(model, train, val, TrainConfig(steps=40, batch_size=8, context_length=16, lr=3e-3, eval_every=20, warmup_steps=5), sample=lambda m: "sample", progress=False)
+    trainer = Trainer(
+        model,
+        train,
+        val,
+        TrainConfig(steps=40, batch_size=8, context_length=16, lr=3e-3, eval_every=20, warmup_steps=5),
+        sample=lambda m: "sample",
+        progress=False,
+    )
     trainer.config.sample_every = 20
     h = trainer.train()
     assert h.steps == [20, 40] and h.train_loss[-1] < math.log(40)
@@ -191,7 +207,9 @@ def test_training_lowers_the_loss_and_records_history(data):
 def test_resuming_reproduces_an_uninterrupted_run_exactly(data, tmp_path):
     """Dropout on, accumulation on, stopped mid-epoch and mid-schedule: same weights to the bit."""
     train, val = data
-    config = TrainConfig(steps=30, batch_size=8, context_length=16, lr=3e-3, warmup_steps=5, eval_every=10, grad_accum=2)
+    config = TrainConfig(
+        steps=30, batch_size=8, context_length=16, lr=3e-3, warmup_steps=5, eval_every=10, grad_accum=2
+    )
     straight = fresh_model()
     Trainer(straight, train, val, config, progress=False).train()
 
@@ -235,19 +253,28 @@ def test_resuming_into_another_shape_is_refused(data, tmp_path):
     trainer = Trainer(fresh_model(), train, val, TrainConfig(steps=2, batch_size=8, context_length=16), progress=False)
     trainer.save(tmp_path / "ck.safetensors")
     wider = GPT(GPTConfig(**{**CONFIG.__dict__, "d_model": 48}))
-    with pytest.raises(CheckpointError, match=r"another shape: transformer.wte.weight is \(40, 32\) there but \(40, 48\)"):
+    with pytest.raises(
+        CheckpointError, match=r"another shape: transformer.wte.weight is \(40, 32\) there but \(40, 48\)"
+    ):
         Trainer.resume(tmp_path / "ck.safetensors", wider, train, val)
     deeper = GPT(GPTConfig(**{**CONFIG.__dict__, "n_layers": 3}))
     with pytest.raises(CheckpointError, match=r"does not fit this model: missing \['transformer.h.2"):
         Trainer.resume(tmp_path / "ck.safetensors", deeper, train, val)
 
 
-@pytest.mark.parametrize("make_optimizer", [
-    lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3),  # one plain group
-    lambda m: torch.optim.SGD([{"params": list(m.parameters())[:3]}, {"params": list(m.parameters())[3:], "lr": 0.5}],
-                              lr=0.1, momentum=0.9),
-    lambda m: torch.optim.Adam([{"params": [p]} for p in m.parameters()], lr=1e-3),  # a group per tensor
-], ids=["adamw-one-group", "sgd-two-groups", "adam-many-groups"])
+@pytest.mark.parametrize(
+    "make_optimizer",
+    [
+        lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3),  # one plain group
+        lambda m: torch.optim.SGD(
+            [{"params": list(m.parameters())[:3]}, {"params": list(m.parameters())[3:], "lr": 0.5}],
+            lr=0.1,
+            momentum=0.9,
+        ),
+        lambda m: torch.optim.Adam([{"params": [p]} for p in m.parameters()], lr=1e-3),  # a group per tensor
+    ],
+    ids=["adamw-one-group", "sgd-two-groups", "adam-many-groups"],
+)
 def test_any_optimizer_resumes_exactly_through_a_path_or_a_file_object(make_optimizer, tmp_path):
     """A training loop of the student's own: checkpoint at step 3, resume, same weights at step 6."""
     import io
@@ -293,16 +320,25 @@ def test_checkpoints_refuse_another_optimizer_layout_and_damaged_files(tmp_path)
     adamw.step()
     path = tmp_path / "ck.safetensors"
     save_checkpoint(path, model, adamw, step=1)
-    with pytest.raises(CheckpointError, match=r"another optimizer layout: AdamW with parameter groups of \[\d+\] tensors, but this is SGD"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"another optimizer layout: AdamW with parameter groups of \[\d+\] tensors, but this is SGD",
+    ):
         load_checkpoint(path, fresh_model(), torch.optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(CheckpointError, match=r"another optimizer layout: .* but this is AdamW with \[\d+, \d+\]"):
         load_checkpoint(path, fresh_model(), make_optimizer(model, TrainConfig()))
-    with pytest.raises(CheckpointError, match=r"another shape: transformer.wte.weight is \(40, 32\) there but \(40, 48\)"):
+    with pytest.raises(
+        CheckpointError, match=r"another shape: transformer.wte.weight is \(40, 32\) there but \(40, 48\)"
+    ):
         load_checkpoint(path, GPT(GPTConfig(**{**CONFIG.__dict__, "d_model": 48})))
     data = path.read_bytes()
-    for damaged, what in [(data[: len(data) // 2], "truncated"), (data[:5], "truncated"), (b"", "truncated"),
-                          (b"PK\x03\x04 a zip file, not a checkpoint", "truncated"),
-                          (b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}", "not JSON")]:
+    for damaged, what in [
+        (data[: len(data) // 2], "truncated"),
+        (data[:5], "truncated"),
+        (b"", "truncated"),
+        (b"PK\x03\x04 a zip file, not a checkpoint", "truncated"),
+        (b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}", "not JSON"),
+    ]:
         with pytest.raises(CheckpointError, match=what):
             load_checkpoint(io.BytesIO(damaged), fresh_model())
     save_model(tmp_path / "m.safetensors", model)
@@ -354,7 +390,7 @@ def test_prepare_data_trains_the_tokenizer_on_training_text_with_document_ends()
     assert data.tokenizer.vocab_size == 300 and data.eos_id == 299
     ends = int((data.train_ids == data.eos_id).sum() + (data.val_ids == data.eos_id).sum())
     assert ends == len(stdlib_docs()) - 1 and data.val_ids[0] == data.eos_id  # split between topics
-    assert data.tokenizer.decode(data.train_ids[:200].tolist()).startswith("The \"assert\" statement")
+    assert data.tokenizer.decode(data.train_ids[:200].tolist()).startswith('The "assert" statement')
     chars = prepare_data("stdlib-docs", "char")
     assert chars.eos_id is None and len(chars.train_ids) == pytest.approx(9 * len(chars.val_ids), rel=0.01)
     with pytest.raises(ValueError, match="unknown tokenizer 'words'"):
@@ -365,8 +401,28 @@ def test_prepare_data_trains_the_tokenizer_on_training_text_with_document_ends()
 # the command line, on one process and on two (DDP over gloo)
 # --------------------------------------------------------------------------------------
 
-TINY = ["--tokenizer", "char", "--n-layers", "2", "--n-heads", "2", "--d-model", "32", "--context-length", "32",
-        "--batch-size", "8", "--lr", "3e-3", "--eval-every", "10", "--eval-batches", "4", "--precision", "fp32"]
+TINY = [
+    "--tokenizer",
+    "char",
+    "--n-layers",
+    "2",
+    "--n-heads",
+    "2",
+    "--d-model",
+    "32",
+    "--context-length",
+    "32",
+    "--batch-size",
+    "8",
+    "--lr",
+    "3e-3",
+    "--eval-every",
+    "10",
+    "--eval-batches",
+    "4",
+    "--precision",
+    "fp32",
+]
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -400,11 +456,22 @@ def test_command_line_resume_continues_a_stopped_run(tmp_path):
 
 def test_torchrun_two_processes_keep_identical_weights_and_learn(tmp_path):
     """DistributedDataParallel on CPU: each rank trains on half of every batch."""
-    run("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        "-m", "course_lib.train", "--out", "ddp", "--steps", "30", *TINY, cwd=tmp_path)
+    run(
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "course_lib.train",
+        "--out",
+        "ddp",
+        "--steps",
+        "30",
+        *TINY,
+        cwd=tmp_path,
+    )
     run("-m", "course_lib.train", "--out", "single", "--steps", "30", *TINY, cwd=tmp_path)
     ddp = json.loads((tmp_path / "ddp" / "metrics.json").read_text())
-    single = json.loads((tmp_path / "single" / "metrics.json").read_text())
     assert ddp["processes"] == 2 and len(ddp["weight_digests"]) == 2
     assert ddp["weight_digests"][0] == ddp["weight_digests"][1]  # the ranks never drifted apart
     losses = ddp["history"]["train_loss"]
