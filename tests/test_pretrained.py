@@ -5,9 +5,11 @@ import re
 import pytest
 import torch
 
-from course_lib.data import prepare_data
+from course_lib.data import prepare_data, stdlib_docs, stdlib_docs_sha256
 from course_lib.generation import generate
+from course_lib.ngram import NGramLanguageModel
 from course_lib.pretrained import CARD_PATH, CONFIG_PATH, MODEL_PATH, load_pretrained
+from course_lib.tokenization import ENDOFTEXT
 from course_lib.training import estimate_loss
 
 
@@ -26,6 +28,11 @@ def test_it_is_small_enough_to_ship():
     assert MODEL_PATH.stat().st_size <= 10 * 1024 * 1024
 
 
+def card_corpus_matches() -> bool:
+    return card_value("Corpus SHA-256").split("`")[1] == stdlib_docs_sha256()
+
+
+@pytest.mark.skipif(not card_corpus_matches(), reason="this Python ships other documentation than the card's corpus")
 def test_validation_loss_matches_the_card(shipped):
     model, tokenizer, notes = shipped
     settings = notes["settings"]
@@ -34,6 +41,19 @@ def test_validation_loss_matches_the_card(shipped):
     loss = estimate_loss(model, data.val_ids, model.config.context_length, notes["train"]["batch_size"])
     assert loss == pytest.approx(notes["results"]["val_loss"], abs=2e-3)
     assert float(card_value("Validation loss").split()[0]) == pytest.approx(loss, abs=2e-3)
+
+
+def test_it_beats_the_ngram_baseline_on_this_pythons_corpus(shipped):
+    """On any Python: the shipped model, with its own tokenizer, predicts the last topics of
+    the running Python's documentation better than a trigram model trained on the rest."""
+    model, tokenizer, notes = shipped
+    text = ENDOFTEXT.join(stdlib_docs())
+    cut = text.find(ENDOFTEXT, int(0.9 * len(text)))
+    train_ids, val_ids = (torch.tensor(tokenizer.encode(t, allowed_special="all")) for t in (text[:cut], text[cut:]))
+    ngram = NGramLanguageModel(order=3, vocab_size=tokenizer.vocab_size, alpha=0.01, backoff=True).fit(train_ids)
+    baseline = ngram.cross_entropy(val_ids)
+    loss = estimate_loss(model, val_ids, model.config.context_length, 32)
+    assert loss < baseline - 0.3, (loss, baseline)
 
 
 def test_card_states_the_config_and_the_command(shipped):
