@@ -3,7 +3,7 @@ import torch
 
 from course_lib.generation import filter_logits, generate, sample_next, stream, stream_text
 from course_lib.model import GPT, GPTConfig
-from course_lib.tokenization import train_bpe
+from course_lib.tokenization import BPETokenizer
 
 
 @pytest.fixture
@@ -156,7 +156,7 @@ def test_stream_yields_what_generate_returns(model):
 
 
 def test_stream_text_waits_for_whole_characters():
-    tok = train_bpe("", 256)  # bytes only: token i is byte i, so "ï" arrives in two halves
+    tok = BPETokenizer.from_merges([])  # bytes only: token i is byte i, so "ï" arrives in two halves
     text = "naïve café → ok"
     script = list(text.encode("utf-8"))
 
@@ -176,3 +176,38 @@ def test_stream_text_waits_for_whole_characters():
     assert "".join(pieces) == text
     assert "\ufffd" not in "".join(pieces) and "ï" in pieces and "→" in pieces  # never half a character
     assert pieces[:3] == ["n", "a", "ï"]
+
+
+# --------------------------------------------------------------------------------------
+# bad input, and a model on another device than its prompt or its generator
+# --------------------------------------------------------------------------------------
+
+
+def test_bad_token_ids_get_errors_that_name_the_problem():
+    model = GPT(GPTConfig(vocab_size=50, context_length=16, n_layers=1, n_heads=2, d_model=16)).eval()
+    with pytest.raises(ValueError, match=r"token id 50 is outside this model's vocabulary of 50 .*tokenizer"):
+        model(torch.tensor([[1, 2, 50]]))
+    with pytest.raises(ValueError, match="token id -1 is outside"):
+        model(torch.tensor([[1, -1]]))
+    with pytest.raises(TypeError, match="must be integers .*torch.float32"):
+        model(torch.tensor([[1.0, 2.0]]))
+    with pytest.raises(ValueError, match=r"shape \(batch, tokens\), got \(3,\) \(add a batch dimension"):
+        model(torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="the sequence is empty"):
+        model(torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="max_new_tokens must be 0 or more, got -1"):
+        generate(model, torch.tensor([[1, 2]]), -1)
+    assert generate(model, torch.tensor([[1, 2]]), 0).tolist() == [[1, 2]]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_prompts_and_cpu_generators_follow_the_model():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=50, context_length=16, n_layers=1, n_heads=2, d_model=16)).eval()
+    prompt = torch.tensor([[1, 2, 3]])  # made on the CPU, as a student would
+    on_cpu = generate(model, prompt, 20, generator=torch.Generator().manual_seed(0), top_k=10)
+    model.cuda()
+    on_gpu = generate(model, prompt, 20, generator=torch.Generator().manual_seed(0), top_k=10)
+    assert on_gpu.device.type == "cuda" and torch.equal(on_gpu.cpu(), on_cpu)
+    pieces = list(stream_text(model, lambda s: [1, 2], lambda ids: str(ids), "x", 5, generator=torch.Generator()))
+    assert pieces

@@ -5,6 +5,7 @@ from course_lib import runtime
 
 
 def test_device_prefers_cuda_then_mps_then_cpu(monkeypatch):
+    monkeypatch.delenv(runtime.DEVICE_ENV, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     assert runtime.get_device().type == "cpu"
@@ -56,3 +57,22 @@ def test_progress_switch(monkeypatch):
     assert runtime.show_progress()
     monkeypatch.setenv(runtime.PROGRESS_ENV, "0")
     assert not runtime.show_progress()
+
+
+def test_course_device_forces_a_device_and_says_what_is_wrong(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv(runtime.DEVICE_ENV, "cpu")
+    assert runtime.get_device().type == "cpu"  # a GPU is present, the CPU was asked for
+    monkeypatch.setenv(runtime.DEVICE_ENV, " CUDA ")
+    assert runtime.get_device().type == "cuda"
+    monkeypatch.setenv(runtime.DEVICE_ENV, "gpu")
+    with pytest.raises(ValueError, match="COURSE_DEVICE='gpu' is not a device; use one of cpu, cuda, mps"):
+        runtime.get_device()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv(runtime.DEVICE_ENV, "cuda")
+    with pytest.raises(RuntimeError, match="COURSE_DEVICE='cuda' but this machine has no CUDA device"):
+        runtime.get_device()
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.setenv(runtime.DEVICE_ENV, "mps")
+    with pytest.raises(RuntimeError, match="has no MPS device"):
+        runtime.get_device()
