@@ -45,7 +45,9 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (the reference runs on the same device)")
     args = parser.parse_args()
+    device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     try:
         from llms_from_scratch.kv_cache.generate import generate_text_simple
@@ -61,10 +63,11 @@ def main() -> None:
         n_heads=args.heads,
         d_model=args.d_model,
     )
-    prompt = torch.randint(0, args.vocab, (1, args.prompt), generator=torch.Generator().manual_seed(0))
+    prompt = torch.randint(0, args.vocab, (1, args.prompt), generator=torch.Generator().manual_seed(0)).to(device)
     print(
         f"{args.layers} layers, {args.heads} heads, width {args.d_model}, vocab {args.vocab}: {args.new} tokens "
-        f"after a {args.prompt}-token prompt, greedy, {args.threads} threads, median of {args.rounds} rounds"
+        f"after a {args.prompt}-token prompt, greedy, {args.threads} threads, {device.type}, "
+        f"median of {args.rounds} rounds"
     )
 
     results = {}
@@ -73,14 +76,15 @@ def main() -> None:
         ("Llama style", GPTConfig.llama_like(**size, norm_eps=1e-5)),
     ]:
         torch.manual_seed(0)
-        course = GPT(config).eval()
+        course = GPT(config).to(device).eval()
         runs = {
             "course, KV cache": lambda: generate(course, prompt, args.new, greedy=True, use_cache=True),
             "course, recompute": lambda: generate(course, prompt, args.new, greedy=True, use_cache=False),
         }
         if style == "Llama style":
             book = book_llama(config).eval()
-            copy_llama_weights(course, book)
+            copy_llama_weights(course.cpu(), book)
+            course.to(device), book.to(device)
             runs["llms-from-scratch KV cache"] = lambda: generate_text_simple(book, prompt, args.new, use_cache=True)
         outputs = {name: run() for name, run in runs.items()}
         for name, out in outputs.items():

@@ -109,13 +109,17 @@ def copy_llama_weights(course: GPT, book: torch.nn.Module) -> None:
 
 def alternate(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
     """Median seconds of each run, measured in alternating rounds after one warm-up each, so
-    that noise from other work on the machine falls on all of them alike."""
+    that noise from other work on the machine falls on all of them alike (on a GPU, between
+    two synchronisations)."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else lambda: None  # a GPU runs asynchronously
     for run in runs.values():
         run()
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(rounds):
         for name, run in runs.items():
+            sync()
             start = time.perf_counter()
             run()
+            sync()
             times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) for name, t in times.items()}

@@ -276,6 +276,12 @@ def count_parameters(model: GPT) -> dict[str, int]:
     return counts
 
 
+def count_trainable(model: nn.Module) -> tuple[int, int]:
+    """(trainable, total) parameters, a shared (tied) tensor counted once."""
+    params = {id(p): p for p in model.parameters()}.values()
+    return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
+
+
 def parameter_formula(config: GPTConfig) -> dict[str, int]:
     """The same breakdown from the configuration alone."""
     C, L, V, H = config.d_model, config.n_layers, config.vocab_size, config.hidden

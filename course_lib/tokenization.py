@@ -546,11 +546,11 @@ class BPETokenizer:
             held = max((k for k in range(1, min(longest, len(buffer)) + 1) if buffer[-k:] in prefixes), default=0)
             if self._split is None:
                 continue  # without pre-splitting the whole text is one chunk: nothing is final
-            chunks = self._split.findall(buffer, 0, len(buffer) - held)
-            done = sum(len(c) for c in chunks[:-2])
-            for chunk in chunks[:-2]:
-                yield from self._encode_chunk(chunk.encode("utf-8"))
-            buffer = buffer[done:]
+            final = list(self._split.finditer(buffer, 0, len(buffer) - held))[:-2]
+            for match in final:
+                yield from self._encode_chunk(match.group().encode("utf-8"))
+            if final:
+                buffer = buffer[final[-1].end() :]  # a pattern may skip text between chunks
         yield from self.encode(buffer, allowed)
 
     # -- decoding ------------------------------------------------------------------------

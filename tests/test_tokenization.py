@@ -289,6 +289,13 @@ def test_encode_iterable_equals_encode_on_random_pieces(trained, pieces):
     assert list(trained.encode_iterable(pieces, allowed_special="all")) == trained.encode(whole, allowed_special="all")
 
 
+def test_encode_iterable_with_a_pattern_that_skips_text(trained):
+    words_only = BPETokenizer.from_merges(trained.merges, pattern=r"\w+")  # spaces and punctuation vanish
+    text = "Hello, world!  It's a test... of 12 words"
+    for cut in range(len(text) + 1):
+        assert list(words_only.encode_iterable([text[:cut], text[cut:]])) == words_only.encode(text)
+
+
 def test_encode_iterable_refuses_a_special_token_that_is_not_allowed(trained):
     with pytest.raises(ValueError, match="contains the special token"):
         list(trained.encode_iterable(["abc <|endof", "text|> d"]))
