@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 import urllib.error
 import urllib.request
@@ -250,3 +251,181 @@ def prepare_data(
         encode, eos_id = (lambda t: tok.encode(t, allowed_special="all")), tok.special_tokens[ENDOFTEXT]
     train_ids, val_ids = (torch.tensor(encode(t), dtype=torch.long) for t in (train_text, val_text))
     return Prepared(tok, train_ids, val_ids, eos_id)
+
+
+# --------------------------------------------------------------------------------------
+# Labelled texts for classification (chapter 10)
+# --------------------------------------------------------------------------------------
+
+DOCSTRING_AREAS: dict[str, tuple[str, ...]] = {
+    "files and the OS": (
+        "os", "shutil", "pathlib", "glob", "tempfile", "io", "stat", "fnmatch", "filecmp", "zipfile",
+        "tarfile", "gzip", "bz2", "lzma", "subprocess", "posixpath", "fileinput", "mmap",
+    ),
+    "networking": (
+        "socket", "ssl", "http.client", "http.server", "http.cookiejar", "urllib.request", "urllib.parse",
+        "smtplib", "ftplib", "imaplib", "poplib", "ipaddress", "email.message", "email.utils",
+        "xmlrpc.client", "socketserver", "selectors",
+    ),
+    "numbers and maths": ("math", "cmath", "decimal", "fractions", "random", "statistics", "numbers"),
+    "data structures": (
+        "collections", "heapq", "bisect", "array", "queue", "copy", "dataclasses", "enum", "weakref",
+        "graphlib", "types", "contextlib",
+    ),
+    "text": (
+        "string", "re", "textwrap", "difflib", "unicodedata", "html", "html.parser", "codecs", "csv", "json",
+        "json.decoder", "shlex", "gettext", "locale",
+    ),
+    "dates and time": ("datetime", "time", "calendar", "zoneinfo", "sched", "_strptime", "_pydatetime"),
+}  # fmt: skip
+"""Which area of the standard library each module belongs to (modules a Python lacks are skipped)."""
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class LabelledTexts:
+    """Texts with integer labels, split into train / validation / test."""
+
+    label_names: list[str]
+    train: list[tuple[str, int]]
+    val: list[tuple[str, int]]
+    test: list[tuple[str, int]]
+
+    def counts(self) -> dict[str, list[int]]:
+        """Examples per label in each split."""
+        return {
+            split: [sum(1 for _, y in getattr(self, split) if y == k) for k in range(len(self.label_names))]
+            for split in SPLITS
+        }
+
+
+def split_of(text: str, val_percent: int = 10, test_percent: int = 10) -> str:
+    """``"train"``, ``"val"`` or ``"test"`` from a hash of the text alone: the same text lands in
+    the same split whatever order the examples were found in, on every machine."""
+    bucket = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big") % 100
+    return "test" if bucket < test_percent else "val" if bucket < test_percent + val_percent else "train"
+
+
+def _split(examples: list[tuple[str, int]], label_names: list[str]) -> LabelledTexts:
+    parts: dict[str, list[tuple[str, int]]] = {split: [] for split in SPLITS}
+    for text, label in sorted(examples):
+        parts[split_of(text)].append((text, label))
+    return LabelledTexts(label_names, parts["train"], parts["val"], parts["test"])
+
+
+def first_sentence(doc: str) -> str:
+    """The first sentence of a docstring's first paragraph, on one line."""
+    import inspect
+
+    paragraph = " ".join(re.split(r"\n\s*\n", inspect.cleandoc(doc).strip())[0].split())
+    match = re.match(r"(.+?[.!?])(\s|$)", paragraph)
+    return match.group(1) if match else paragraph
+
+
+def _public_objects(module) -> list:
+    """Public functions and classes defined in ``module`` (not re-exported from elsewhere:
+    ``statistics.reduce`` is ``functools.reduce``), and the public methods of those classes."""
+    import inspect
+
+    found = []
+    for name, obj in sorted(vars(module).items()):
+        if name.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)):
+            continue
+        if getattr(obj, "__module__", None) != module.__name__:
+            continue
+        found.append(obj)
+        if inspect.isclass(obj):
+            found += [
+                member
+                for member_name, member in sorted(vars(obj).items())
+                if not member_name.startswith("_")
+                and (inspect.isfunction(member) or inspect.ismethoddescriptor(member))
+            ]
+    return found
+
+
+def docstring_areas() -> LabelledTexts:
+    """Which area of the standard library a docstring comes from, generated from this Python.
+
+    Each example is the first sentence of the docstring of a public function, class or method
+    of a module in :data:`DOCSTRING_AREAS`, labelled with the module's area. Fragments (fewer
+    than four words, bare signatures) are dropped, and so is a sentence found in two areas;
+    a sentence found twice in one area is kept once. Docstrings change between Python
+    versions: count what you get rather than expecting a number.
+    """
+    import importlib
+
+    areas: dict[str, set[int]] = {}
+    label_names = list(DOCSTRING_AREAS)
+    for label, modules in enumerate(DOCSTRING_AREAS.values()):
+        for module_name in modules:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue
+            for obj in _public_objects(module):
+                doc = obj.__doc__ if isinstance(obj, type) else getattr(obj, "__doc__", None)
+                if not isinstance(doc, str) or not doc.strip():
+                    continue
+                sentence = first_sentence(doc)
+                if len(sentence.split()) < 4 or len(sentence) > 300 or re.match(r"^[\w.]+\(.*\)\s*(->|$)", sentence):
+                    continue
+                areas.setdefault(sentence, set()).add(label)
+    examples = [(text, next(iter(labels))) for text, labels in areas.items() if len(labels) == 1]
+    return _split(examples, label_names)
+
+
+SMS_SPAM = RemoteCorpus(
+    url="https://archive.ics.uci.edu/static/public/228/sms+spam+collection.zip",
+    sha256="1587ea43e58e82b14ff1f5425c88e17f8496bfcdb67a583dbff9eefaf9963ce3",
+    filename="sms-spam-collection.zip",
+    description="5,574 SMS messages labelled ham or spam (UCI, CC BY 4.0)",
+)
+SMS_SPAM_MEMBER = "SMSSpamCollection"
+SMS_SPAM_MEMBER_SHA256 = "7d039a24a6083ed9ef0f806ebad56bbb976e3aeb8de05669173bfdc4996c239d"
+
+
+def extract_member(archive: str | Path, member: str, path: str | Path, sha256: str) -> Path:
+    """Extract one file of a zip archive to ``path``, checked against ``sha256`` and renamed
+    into place only when complete (as :func:`download` does)."""
+    import zipfile
+
+    path = Path(path)
+    if path.exists() and sha256_file(path) == sha256:
+        return path
+    with zipfile.ZipFile(archive) as z:
+        try:
+            data = z.read(member)
+        except KeyError:
+            raise DatasetUnavailableError(f"{archive} has no file {member!r}; it holds {z.namelist()[:10]}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise DatasetUnavailableError(
+            f"{member} in {archive} has SHA-256 {digest}, expected {sha256}; nothing was extracted"
+        )
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return path
+
+
+def sms_spam(cache_dir: str | Path | None = None, source: RemoteCorpus = SMS_SPAM) -> LabelledTexts:
+    """The SMS Spam Collection (ham = 0, spam = 1), downloaded once into the cache folder,
+    checked, and split by hash like :func:`docstring_areas`. Needs the network the first time."""
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    archive = download(source.url, folder / source.filename, source.sha256)
+    table = extract_member(archive, SMS_SPAM_MEMBER, folder / "SMSSpamCollection.tsv", SMS_SPAM_MEMBER_SHA256)
+    label_names = ["ham", "spam"]
+    examples = {}
+    for number, line in enumerate(table.read_text(encoding="utf-8").splitlines(), 1):
+        label, _, text = line.partition("\t")
+        if label not in label_names or not text:
+            raise DatasetUnavailableError(f"{table}, line {number}: expected 'ham' or 'spam', a tab, and a message")
+        examples[text] = label_names.index(label)  # a few messages occur twice: keep one
+    return _split(list(examples.items()), label_names)

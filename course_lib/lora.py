@@ -88,8 +88,13 @@ def apply_lora(model: nn.Module, targets: Iterable[str], r: int = 8, alpha: floa
     names = [name for name, m in model.named_modules() if isinstance(m, nn.Linear) and name.endswith(tuple(targets))]
     unmatched = [t for t in targets if not any(name.endswith(t) for name in names)]
     if unmatched:
-        linear = sorted({name.split(".")[-2] + "." + name.split(".")[-1] for name, m in model.named_modules()
-                         if isinstance(m, nn.Linear) and "." in name})
+        linear = sorted(
+            {
+                name.split(".")[-2] + "." + name.split(".")[-1]
+                for name, m in model.named_modules()
+                if isinstance(m, nn.Linear) and "." in name
+            }
+        )
         raise ValueError(f"no linear layer of this model is named like {unmatched}; linear layers end with {linear}")
     for p in model.parameters():
         p.requires_grad_(False)

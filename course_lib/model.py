@@ -193,12 +193,17 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """Logits for every position. With a ``cache`` (see :meth:`new_cache`), ``idx`` holds
         the tokens that follow the cached ones, and their keys and values join the cache."""
+        return self.lm_head(self.features(idx, cache))  # (B, T, V)
+
+    def features(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """(B, T, C): what the LM head reads, after the final norm. A classifier (chapter 10)
+        puts its own head on these."""
         if not torch.compiler.is_compiling():  # one min/max per call; a compiled graph skips it
             check_token_ids(idx, self.config.vocab_size)
         x = self.embed(idx, offset=cache.length if cache is not None else 0)
         for i, block in enumerate(self.transformer.h):
             x = block(x, cache.layers[i] if cache is not None else None)
-        return self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
+        return self.transformer.ln_f(x)
 
     def new_cache(self, max_length: int | None = None) -> KVCache:
         """An empty KV cache for up to ``max_length`` positions (default: the context length)."""
