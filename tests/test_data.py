@@ -152,3 +152,66 @@ def test_dataloader_batches_and_is_reproducible():
 def test_dataloader_too_little_data_raises():
     with pytest.raises(ValueError, match="only 2 windows for a batch of 4"):
         make_dataloader(torch.arange(20), context_length=8, batch_size=4)
+
+
+# --------------------------------------------------------------------------------------
+# labelled texts for classification
+# --------------------------------------------------------------------------------------
+
+
+def test_docstring_areas_properties():
+    """Docstrings change between Python versions: check properties, not counts."""
+    labelled = data.docstring_areas()
+    texts = {split: [t for t, _ in getattr(labelled, split)] for split in data.SPLITS}
+    everything = [t for split in data.SPLITS for t in texts[split]]
+    assert len(everything) >= 800 and len(set(everything)) == len(everything)  # no duplicates, no leaks
+    assert labelled.label_names == list(data.DOCSTRING_AREAS)
+    counts = labelled.counts()
+    assert all(n > 0 for split in data.SPLITS for n in counts[split]), counts  # every area in every split
+    largest = max(sum(counts[s][k] for s in data.SPLITS) for k in range(len(labelled.label_names)))
+    assert largest / len(everything) < 0.45
+    assert 0.7 < len(texts["train"]) / len(everything) < 0.9
+    assert all(len(t.split()) >= 4 and "\n" not in t for t in everything)
+    assert all(data.split_of(t) == split for split in data.SPLITS for t in texts[split])
+    # a function re-exported by another module keeps its own module's area (statistics imports reduce)
+    reduce_doc = data.first_sentence(__import__("functools").reduce.__doc__)
+    assert all(t != reduce_doc for t in everything)
+
+
+def test_the_split_depends_on_the_text_alone():
+    examples = [(f"example number {k} of many", k % 3) for k in range(300)]
+    a = data._split(examples, ["a", "b", "c"])
+    b = data._split(list(reversed(examples)), ["a", "b", "c"])
+    assert a == b and {len(a.train), len(a.val), len(a.test)} != {0}
+
+
+def test_sms_spam_downloads_checks_and_extracts(server, tmp_path, monkeypatch):
+    import io
+    import zipfile
+
+    served, url = server
+    table = "ham\tOk lar... Joking wif u oni...\nspam\tFree entry in 2 a wkly comp to win FA Cup\nham\tSee you\n"
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("readme", "the SMS Spam Collection")
+        z.writestr(data.SMS_SPAM_MEMBER, table)
+    (served / "sms.zip").write_bytes(archive.getvalue())
+    source = data.RemoteCorpus(f"{url}/sms.zip", hashlib.sha256(archive.getvalue()).hexdigest(), "sms.zip", "test")
+    monkeypatch.setattr(data, "SMS_SPAM_MEMBER_SHA256", "0" * 64)
+    with pytest.raises(DatasetUnavailableError, match="has SHA-256 .* expected 0{64}; nothing was extracted"):
+        data.sms_spam(tmp_path / "cache", source)
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["sms.zip"]  # no half-extracted file
+    monkeypatch.setattr(data, "SMS_SPAM_MEMBER_SHA256", hashlib.sha256(table.encode()).hexdigest())
+    sms = data.sms_spam(tmp_path / "cache", source)
+    assert sms.label_names == ["ham", "spam"]
+    assert sorted(sms.train + sms.val + sms.test) == sorted(
+        [("Ok lar... Joking wif u oni...", 0), ("Free entry in 2 a wkly comp to win FA Cup", 1), ("See you", 0)]
+    )
+    (served / "sms.zip").unlink()  # cached: no network needed the second time
+    assert data.sms_spam(tmp_path / "cache", source) == sms
+
+
+def test_the_sms_spam_entry_is_the_published_file():
+    assert data.SMS_SPAM.url.startswith("https://archive.ics.uci.edu/")
+    assert data.SMS_SPAM.sha256 == "1587ea43e58e82b14ff1f5425c88e17f8496bfcdb67a583dbff9eefaf9963ce3"
+    assert data.SMS_SPAM_MEMBER_SHA256 == "7d039a24a6083ed9ef0f806ebad56bbb976e3aeb8de05669173bfdc4996c239d"
