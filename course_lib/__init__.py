@@ -14,9 +14,11 @@ checks that the two agree. One module per idea:
 - ``model``         GPTConfig and GPT; parameter counts; loading GPT-2 and LLaMA weights
 - ``training``      the Trainer: AdamW, warmup + cosine, clipping, accumulation, DDP, resume
 - ``checkpoints``   model files and checkpoints in safetensors (no pickle), written atomically
-- ``train``         the command line ``python -m course_lib.train`` (also under torchrun)
+- ``train``         the command line ``python -m course_lib.train`` (only the command line)
 - ``generation``    greedy, temperature, top-k, top-p, streaming, with a KV cache
 - ``pretrained``    the small GPT that ships with course_lib
+- ``classification`` a GPT classifier at the last real token, freezing, the fine-tuning loop
+- ``lora``          LoRA from scratch: low-rank updates beside frozen layers, merged back
 - ``plotting``      the figures and token colourings the notebooks show
 - ``widgets``       interactive explorers (ipywidgets)
 - ``exercises``     self-checks for the exercises at the end of each notebook

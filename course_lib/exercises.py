@@ -399,6 +399,34 @@ def _top_p_cases() -> list[Case]:
     ]
 
 
+def _last_token_pooling(features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    return features[torch.arange(features.shape[0]), lengths - 1]
+
+
+def _lora_forward(x, weight, bias, lora_A, lora_B, alpha: float, r: int) -> torch.Tensor:
+    return x @ weight.T + bias + (alpha / r) * (x @ lora_A.T) @ lora_B.T
+
+
+def _pooling_cases() -> list[Case]:
+    g = _seeded(12)
+    return [
+        Case((torch.randn(3, 5, 4, generator=g), torch.tensor([5, 2, 3])), "rows padded by 0, 3 and 2 tokens"),
+        Case((torch.randn(2, 4, 3, generator=g), torch.tensor([4, 4])), "no padding at all"),
+        Case((torch.randn(2, 6, 2, generator=g), torch.tensor([1, 6])), "a one-token text beside a full one"),
+    ]
+
+
+def _lora_cases() -> list[Case]:
+    g = _seeded(13)
+    x, w, b = torch.randn(2, 3, 6, generator=g), torch.randn(5, 6, generator=g), torch.randn(5, generator=g)
+    a, bb = torch.randn(2, 6, generator=g), torch.randn(5, 2, generator=g)
+    return [
+        Case((x, w, b, a, torch.zeros(5, 2), 16.0, 2), "B = 0: exactly the frozen layer"),
+        Case((x, w, b, a, bb, 16.0, 2), "rank 2, alpha 16: the update is scaled by 8"),
+        Case((x, w, b, a, bb, 2.0, 2), "alpha = r: scale 1"),
+    ]
+
+
 EXERCISES: dict[str, Exercise] = {
     e.name: e
     for e in [
@@ -536,6 +564,21 @@ EXERCISES: dict[str, Exercise] = {
             hint="sort each row's probabilities in decreasing order; keep a token while the probability "
             "of the tokens BEFORE it is still below p (so the first always stays); -inf for the rest, "
             "in the original order",
+        ),
+        Exercise(
+            name="last-token-pooling",
+            reference=_last_token_pooling,
+            cases=_pooling_cases,
+            hint="row b's last real token sits at position lengths[b] - 1 (positions count from 0); pick it "
+            "for every row at once with features[torch.arange(B), lengths - 1]. Position -1 is padding "
+            "whenever the row was padded",
+        ),
+        Exercise(
+            name="lora-forward",
+            reference=_lora_forward,
+            cases=_lora_cases,
+            hint="the frozen layer x @ weight.T + bias, plus the low-rank path (x @ lora_A.T) @ lora_B.T "
+            "scaled by alpha / r (not alpha, not r / alpha)",
         ),
         Exercise(
             name="merge-heads",

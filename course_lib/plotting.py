@@ -357,3 +357,31 @@ def draw_rope_rotation(m: int = 3, n: int = 1, theta: float = 0.45, ax: Axes | N
     ax.axis("off")
     ax.set_title("RoPE on one pair: q turns by mθ, k by nθ;\nq·k depends on the angle between them, (m − n)θ")
     return ax
+
+
+def plot_confusion_matrix(
+    matrix: torch.Tensor, label_names: Sequence[str], title: str = "", ax: Axes | None = None
+) -> Axes:
+    """Counts (n, n): row = the true label, column = the label predicted; the diagonal is right."""
+    return plot_heatmap(
+        matrix, label_names, label_names, title=title, xlabel="predicted", ylabel="true", annotate=True, ax=ax
+    )
+
+
+def plot_curves(
+    steps: Sequence[int],
+    curves: dict[str, Sequence[float]],
+    ylabel: str,
+    ax: Axes | None = None,
+    baseline: float | None = None,
+) -> Axes:
+    """Several curves against the step (training and validation loss or accuracy)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 3.4))
+    for label, values in curves.items():
+        ax.plot(steps, values, "o-", label=label)
+    if baseline is not None:
+        ax.axhline(baseline, color="gray", ls="--", label="majority class")
+    ax.set(xlabel="step", ylabel=ylabel)
+    ax.legend(fontsize=8)
+    return ax

@@ -155,6 +155,15 @@ def top_p_unsorted(logits, p):
     return logits.masked_fill(probs.cumsum(-1) - probs >= p, float("-inf"))
 
 
+def last_token_pooling(features, lengths):
+    return torch.stack([features[b, int(n) - 1] for b, n in enumerate(lengths)])
+
+
+def lora_forward(x, weight, bias, lora_A, lora_B, alpha, r):
+    delta = (alpha / r) * lora_B @ lora_A  # (out, in): the merged update
+    return x @ (weight + delta).T + bias
+
+
 SOLUTIONS = {
     "bigram-counts": bigram_counts,
     "logsumexp": logsumexp,
@@ -176,6 +185,8 @@ SOLUTIONS = {
     "clip-grad-norm": clip_grad_norm,
     "top-k": top_k,
     "top-p": top_p,
+    "last-token-pooling": last_token_pooling,
+    "lora-forward": lora_forward,
 }
 
 
@@ -299,6 +310,16 @@ MISTAKES = {
             logits <= torch.topk(logits, k).values[:, -1:], float("-inf")
         ),  # keeps k - 1
         lambda logits, k: torch.topk(logits, k).values,  # returns the k values, positions lost
+    ],
+    "last-token-pooling": [
+        lambda features, lengths: features[:, -1],  # position -1: padding in padded rows
+        lambda features, lengths: features[torch.arange(len(lengths)), lengths.clamp(max=features.shape[1] - 1)],
+        lambda features, lengths: features.mean(dim=1),  # averages padding in
+    ],
+    "lora-forward": [
+        lambda x, w, b, A, B, alpha, r: x @ w.T + b + alpha * (x @ A.T) @ B.T,  # forgets the 1 / r
+        lambda x, w, b, A, B, alpha, r: x @ w.T + b + (r / alpha) * (x @ A.T) @ B.T,  # upside down
+        lambda x, w, b, A, B, alpha, r: (alpha / r) * (x @ A.T) @ B.T,  # only the update, no frozen layer
     ],
     "top-p": [
         lambda logits, p: top_p_inclusive(logits, p),  # drops the token that crosses p
