@@ -86,14 +86,18 @@ def plot_heatmap(
     annotate: bool = False,
     ax: Axes | None = None,
     cmap: str = "Blues",
+    tokens: bool = True,
 ) -> Axes:
-    """A labelled heatmap (counts, probabilities, later attention weights)."""
+    """A labelled heatmap (counts, probabilities, attention weights). With ``tokens`` the labels
+    are tokens, shown with :func:`visible` spaces; otherwise plain words."""
     matrix = torch.as_tensor(matrix, dtype=torch.float32)
     if ax is None:
         _, ax = plt.subplots(figsize=(0.45 * len(col_labels) + 2, 0.45 * len(row_labels) + 1.5))
     image = ax.imshow(matrix.numpy(), cmap=cmap, aspect="auto")
-    ax.set_xticks(range(len(col_labels)), [visible(str(c)) for c in col_labels], rotation=90)
-    ax.set_yticks(range(len(row_labels)), [visible(str(r)) for r in row_labels])
+    show = visible if tokens else str
+    ax.set_xticks(range(len(col_labels)), [show(str(c)) for c in col_labels], rotation=90 if tokens else 30,
+                  ha="center" if tokens else "right")  # fmt: skip
+    ax.set_yticks(range(len(row_labels)), [show(str(r)) for r in row_labels])
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     if annotate:
         top = matrix.max().item() or 1.0
@@ -363,9 +367,12 @@ def plot_confusion_matrix(
     matrix: torch.Tensor, label_names: Sequence[str], title: str = "", ax: Axes | None = None
 ) -> Axes:
     """Counts (n, n): row = the true label, column = the label predicted; the diagonal is right."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.9 * len(label_names) + 2.5, 0.6 * len(label_names) + 1.5))
     return plot_heatmap(
-        matrix, label_names, label_names, title=title, xlabel="predicted", ylabel="true", annotate=True, ax=ax
-    )
+        matrix, label_names, label_names, title=title, xlabel="predicted", ylabel="true", annotate=True, ax=ax,
+        tokens=False,
+    )  # fmt: skip
 
 
 def plot_curves(

@@ -148,9 +148,17 @@ def timed_names(code: str) -> set[str]:
         before = len(timed)
         for node in ast.walk(tree):
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
-                if reads_time(node.value, timed):
-                    for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                        timed |= targets(t)
+                for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    pairs = [(t, node.value)]
+                    if (
+                        isinstance(t, ast.Tuple)
+                        and isinstance(node.value, ast.Tuple)
+                        and len(t.elts) == len(node.value.elts)
+                    ):
+                        pairs = list(zip(t.elts, node.value.elts))  # a, b = x, clock(): only b is a time
+                    for target, value in pairs:
+                        if reads_time(value, timed):
+                            timed |= targets(target)
             elif isinstance(node, ast.For) and reads_time(node.iter, timed):
                 timed |= targets(node.target)
             elif (
@@ -189,6 +197,8 @@ def test_the_time_assertion_detector_finds_what_it_should():
     assert not time_assertions(
         "t0 = time.perf_counter()\ny = model(x)\nprint(time.perf_counter() - t0)\nassert y.shape == (2, 3)"
     )
+    assert not time_assertions("runs[k], secs[k] = model, time.time() - t0\nassert runs[k].ok")
+    assert time_assertions("runs[k], secs[k] = model, time.time() - t0\nassert secs[k] < 3")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS + sorted((ROOT / "tests").glob("test_*.py")), ids=lambda p: p.name)
