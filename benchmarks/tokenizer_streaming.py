@@ -57,7 +57,7 @@ def main() -> None:
     )
     print(
         f"  course_lib encode_iterable (pure Python): {size_mb / course_s:6.2f} MB/s, "
-        f"peak traced memory {peak / 2**20:.1f} MB"
+        f"peak traced memory {peak / 1024:.0f} kB"
     )
     print(f"  tiktoken, line by line:                   {size_mb / tik_lines_s:6.2f} MB/s")
     print(f"  tiktoken, whole text:                     {size_mb / tik_whole_s:6.2f} MB/s")
