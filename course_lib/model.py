@@ -40,6 +40,7 @@ class GPTConfig:
     n_layers: int = 12
     n_heads: int = 12
     d_model: int = 768
+    n_kv_heads: int | None = None  # key/value heads; fewer than n_heads is grouped-query attention (LLaMA 2+)
     positional: str = "learned"
     norm: str = "layernorm"
     ffn: str = "mlp"
@@ -63,6 +64,11 @@ class GPTConfig:
                 raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if self.n_kv_heads is not None and (self.n_kv_heads < 1 or self.n_heads % self.n_kv_heads):
+            raise ValueError(
+                f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}: in grouped-query "
+                "attention each key/value head serves the same number of query heads"
+            )
         if self.positional == "rope" and (self.d_model // self.n_heads) % 2:
             raise ValueError(
                 f"RoPE rotates pairs of dimensions, so the head dimension must be even; "
@@ -76,6 +82,10 @@ class GPTConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
 
     @property
     def hidden(self) -> int:
@@ -126,6 +136,7 @@ class Block(nn.Module):
             rope_base=config.rope_base,
             alibi=config.positional == "alibi",
             extrapolate=config.positional != "learned",
+            n_kv_heads=config.kv_heads,
         )
         self.ln_2 = make_norm(config)
         if config.ffn == "mlp":
@@ -290,12 +301,13 @@ def count_trainable(model: nn.Module) -> tuple[int, int]:
 def parameter_formula(config: GPTConfig) -> dict[str, int]:
     """The same breakdown from the configuration alone."""
     C, L, V, H = config.d_model, config.n_layers, config.vocab_size, config.hidden
+    Ckv = config.kv_heads * config.head_dim  # width of the keys and of the values
     b = 1 if config.bias else 0
     norm = C * (2 if config.norm == "layernorm" and config.bias else 1)
     ffn = (2 * C * H + b * (H + C)) if config.ffn == "mlp" else (3 * C * H + b * (2 * H + C))
     counts = {
         "token embedding": V * C,
-        "attention Q, K, V": L * (3 * C * C + b * 3 * C),
+        "attention Q, K, V": L * ((C + 2 * Ckv) * C + b * (C + 2 * Ckv)),
         "attention output": L * (C * C + b * C),
         "feed-forward": L * ffn,
         "norms": (2 * L + (1 if config.pre_norm else 0)) * norm,
@@ -397,8 +409,8 @@ def load_llama_state_dict(model: GPT, state_dict: Mapping[str, torch.Tensor]) ->
     """Fill a ``GPTConfig.llama_like`` model from a Hugging Face ``LlamaForCausalLM`` state dict.
 
     Queries, keys and values are concatenated into ``c_attn`` (course_lib's RoPE uses LLaMA's
-    halves pairing, so no permutation is needed); multi-query / grouped-query checkpoints are
-    not supported.
+    halves pairing, so no permutation is needed). Grouped-query checkpoints (fewer key/value
+    heads) need ``n_kv_heads`` set in the config; their keys and values are narrower.
     """
     renames = {
         "input_layernorm.weight": "ln_1.weight",
@@ -417,8 +429,6 @@ def load_llama_state_dict(model: GPT, state_dict: Mapping[str, torch.Tensor]) ->
     for i in range(model.config.n_layers):
         prefix = f"model.layers.{i}."
         q, k, v = (state_dict[f"{prefix}self_attn.{p}_proj.weight"] for p in "qkv")
-        if k.shape != q.shape:
-            raise ValueError("grouped-query attention (fewer key/value heads) is not supported")
         tensors[f"transformer.h.{i}.attn.c_attn.weight"] = torch.cat([q, k, v])
         for theirs, ours in renames.items():
             tensors[f"transformer.h.{i}.{ours}"] = state_dict[prefix + theirs]

@@ -31,6 +31,13 @@ import regex
 GPT2_SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 ENDOFTEXT = "<|endoftext|>"
 
+# SmolLM2's pre-split (llama.cpp's "smollm"; Hugging Face's Digits(individual_digits=True) then
+# ByteLevel): every digit is a chunk of its own, and GPT-2's pattern runs on the text between
+# digits. One pattern does both: digits are excluded from the other alternatives, and a digit
+# counts as the end of the text for the trailing-whitespace rule (so "a   12" splits as
+# "a", "   ", "1", "2", exactly as running GPT-2's pattern on "a   " would).
+SMOLLM_SPLIT_PATTERN = r"""\p{N}|'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?[^\s\p{L}\p{N}]++|\s++(?=\p{N}|$)|\s+(?!\S)|\s"""
+
 GPT2_RANKS_FILE = "gpt2.tiktoken"
 GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
 GPT2_VOCAB_SIZE = 50257
@@ -359,10 +366,15 @@ class BPETokenizer:
                 if token in seen:
                     raise ValueError(f"the BPE vocabulary contains {token!r} twice, with ids {seen[token]} and {i}")
                 seen[token] = i
-        missing = [b for b in range(256) if bytes([b]) not in self.ids]
-        if missing:
-            raise ValueError(f"a byte-level BPE vocabulary must contain all 256 single bytes; missing {missing[:5]}")
-        self._byte_ids = [self.ids[bytes([b])] for b in range(256)]
+        # A byte-level vocabulary normally holds all 256 bytes; one trained elsewhere may lack a
+        # few that never occurred (SmolLM2's lacks 9 control bytes): a text using one is refused.
+        self.missing_bytes = [b for b in range(256) if bytes([b]) not in self.ids]
+        if len(self.missing_bytes) > 128:
+            raise ValueError(
+                f"a byte-level BPE vocabulary must contain the single bytes; {len(self.missing_bytes)} of 256 "
+                f"are missing ({self.missing_bytes[:5]} ...)"
+            )
+        self._byte_ids = [self.ids.get(bytes([b])) for b in range(256)]
         self.merges = [(int(a), int(b)) for a, b in merges]
         self._merge_to: dict[tuple[int, int], tuple[int, int]] = {}  # (a, b) -> (rank, merged id)
         for rank, (a, b) in enumerate(self.merges):
@@ -465,6 +477,12 @@ class BPETokenizer:
         if cached is not None:
             return cached
         ids = [self._byte_ids[b] for b in chunk]
+        if None in ids:
+            byte = chunk[ids.index(None)]
+            raise ValueError(
+                f"byte 0x{byte:02x} ({chr(byte)!r}) of the text is not in this tokenizer's vocabulary, which lacks "
+                f"{len(self.missing_bytes)} of the 256 bytes; remove that character from the text"
+            )
         merge_to = self._merge_to
         while len(ids) > 1:
             best, best_rank, best_id = -1, len(self.merges), -1
@@ -670,25 +688,41 @@ class BPETokenizer:
             raise TokenizerFileError(
                 f"{vocab_path}: ids {', '.join(map(str, shared[:5]))} are used by more than one token"
             )
-        merges = []
-        for number, line in enumerate(Path(merges_path).read_text(encoding="utf-8").splitlines(), 1):
+        lines = Path(merges_path).read_text(encoding="utf-8").splitlines()
+        return cls.from_gpt2_text(entries, lines, pattern, str(vocab_path), str(merges_path))
+
+    @classmethod
+    def from_gpt2_text(
+        cls,
+        entries: Mapping[str, int],
+        merges: Iterable[str],
+        pattern: str | None = GPT2_SPLIT_PATTERN,
+        vocab_source: str = "the vocabulary",
+        merges_source: str = "the merges",
+    ) -> BPETokenizer:
+        """A tokenizer from tokens written as text with GPT-2's byte-to-text table (``"Ġworld"``
+        is ``b" world"``) and merges as ``"Ġ world"`` lines, in rank order: the contents of
+        ``vocab.json`` / ``merges.txt``, or of a GGUF file's ``tokenizer.ggml.*`` fields. An entry
+        that is neither a single byte nor made by a merge is a special token."""
+        pairs = []
+        for number, line in enumerate(merges, 1):
             if not line or line.startswith("#version"):
                 continue
             parts = line.split(" ")
             if len(parts) != 2:
                 raise TokenizerFileError(
-                    f"{merges_path}, line {number}: expected two tokens separated by a space, got {line!r}"
+                    f"{merges_source}, line {number}: expected two tokens separated by a space, got {line!r}"
                 )
-            merges.append(tuple(_from_gpt2_text(part, f"{merges_path}, line {number}") for part in parts))
-        made = {a + b for a, b in merges}
+            pairs.append(tuple(_from_gpt2_text(part, f"{merges_source}, line {number}") for part in parts))
+        made = {a + b for a, b in pairs}
         vocab, special = {}, {}
         for text, i in entries.items():
-            token = _from_gpt2_text(text, str(vocab_path), strict=False)
+            token = _from_gpt2_text(text, vocab_source, strict=False)
             if token is not None and (len(token) == 1 or token in made):
                 vocab[i] = token
             else:
                 special[text] = i
-        return cls.from_vocab(vocab, merges, special, pattern)
+        return cls.from_vocab(vocab, pairs, special, pattern)
 
     def __repr__(self) -> str:
         return (

@@ -61,12 +61,19 @@ def test_kv_cache_gives_the_same_tokens_as_recomputing(positional, fast):
         assert torch.equal(with_cache, without), (positional, fast, options)
 
 
-@pytest.mark.parametrize("positional", ["learned", "rope"])
-def test_cached_logits_match_the_full_forward_pass(positional):
+@pytest.mark.parametrize("positional, n_kv_heads", [("learned", None), ("rope", None), ("rope", 2)])
+def test_cached_logits_match_the_full_forward_pass(positional, n_kv_heads):
     torch.manual_seed(1)
-    model = GPT(
-        GPTConfig(vocab_size=30, context_length=16, n_layers=3, n_heads=4, d_model=32, positional=positional)
-    ).eval()
+    config = GPTConfig(
+        vocab_size=30,
+        context_length=16,
+        n_layers=3,
+        n_heads=4,
+        n_kv_heads=n_kv_heads,
+        d_model=32,
+        positional=positional,
+    )
+    model = GPT(config).eval()
     ids = torch.randint(0, 30, (2, 16))
     full = model(ids)  # (B, T, V)
     cache = model.new_cache()

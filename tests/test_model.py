@@ -92,7 +92,9 @@ def test_pretrained_download_offline_is_a_clear_error(tmp_path, monkeypatch):
         gpt2_from_pretrained("gpt2", cache_dir=tmp_path)
 
 
-def test_matches_huggingface_llama():
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])  # multi-head, grouped-query, multi-query
+@pytest.mark.parametrize("tied", [False, True])
+def test_matches_huggingface_llama(n_kv_heads, tied):
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=101,
@@ -100,8 +102,10 @@ def test_matches_huggingface_llama():
         intermediate_size=88,
         num_hidden_layers=2,
         num_attention_heads=4,
-        num_key_value_heads=4,
+        num_key_value_heads=n_kv_heads,
         max_position_embeddings=64,
+        rope_theta=500.0,
+        tie_word_embeddings=tied,
         bos_token_id=0,
         eos_token_id=0,
         pad_token_id=0,
@@ -112,14 +116,33 @@ def test_matches_huggingface_llama():
         context_length=64,
         n_layers=2,
         n_heads=4,
+        n_kv_heads=n_kv_heads,
         d_model=32,
         ffn_hidden=88,
+        rope_base=500.0,
+        tie_weights=tied,
         norm_eps=config.rms_norm_eps,
     )
     ours = load_llama_state_dict(GPT(ours_config), hf.state_dict()).eval()
+    assert ours.num_parameters() == hf.num_parameters() == parameter_formula(ours_config)["total"]
     idx = torch.randint(0, 101, (2, 40), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         assert torch.allclose(ours(idx), hf(idx).logits, atol=1e-5)
+        ours.config.fast = False  # the readable attention path agrees too
+        for block in ours.transformer.h:
+            block.attn.fast = False
+        assert torch.allclose(ours(idx), hf(idx).logits, atol=1e-5)
+
+
+def test_grouped_query_attention_shares_key_value_heads():
+    config = GPTConfig.llama_like(vocab_size=50, context_length=16, n_layers=1, n_heads=6, n_kv_heads=2, d_model=24)
+    attn = GPT(config).transformer.h[0].attn
+    assert attn.c_attn.weight.shape == (24 + 2 * 2 * 4, 24)  # queries 6 x 4, keys and values 2 x 4 each
+    cache = GPT(config).new_cache()
+    GPT(config)(torch.zeros(1, 5, dtype=torch.long), cache=cache)
+    assert cache.layers[0].keys.shape[1] == 2  # the cache holds the 2 shared heads, not 6
+    with pytest.raises(ValueError, match="n_heads=6 is not a multiple of n_kv_heads=4"):
+        GPTConfig.llama_like(n_heads=6, n_kv_heads=4, d_model=24)
 
 
 # -- behaviour ------------------------------------------------------------------------------------

@@ -366,8 +366,12 @@ def test_tokenizers_trained_elsewhere_fail_clearly(tmp_path):
         BPETokenizer.from_vocab(vocab, [(b"a", b"b")], {"<s>": 256})
     with pytest.raises(ValueError, match="special token 'ab' is also an ordinary token"):
         BPETokenizer.from_vocab(vocab, [(b"a", b"b")], {"ab": 300})
-    with pytest.raises(ValueError, match="must contain all 256 single bytes"):
+    with pytest.raises(ValueError, match="must contain the single bytes; 255 of 256 are missing"):
         BPETokenizer.from_vocab({0: b"a"}, [])
+    lacking = BPETokenizer.from_vocab({i: t for i, t in vocab.items() if t != b"\x04"}, [(b"a", b"b")])
+    assert lacking.missing_bytes == [4] and lacking.decode(lacking.encode("abc")) == "abc"
+    with pytest.raises(ValueError, match=r"byte 0x04 \('\\x04'\) of the text is not in this tokenizer's vocabulary"):
+        lacking.encode("ab\x04")
     (tmp_path / "vocab.json").write_text('{"a": 0, "b": 0}')
     (tmp_path / "merges.txt").write_text("#version: 0.2\na b\n")
     with pytest.raises(TokenizerFileError, match="ids 0 are used by more than one token"):
