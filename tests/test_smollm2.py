@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from course_lib import pretrained
-from course_lib.model import GPT, GPTConfig, load_llama_state_dict
+from course_lib.model import GPT, load_llama_state_dict
 from course_lib.pretrained import (
     apply_chat_template,
     gguf_to_rope_halves,
