@@ -14,20 +14,16 @@
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from .model import GPT, count_trainable
-from .runtime import show_progress
 from .tokenization import ENDOFTEXT
-from .training import TrainConfig, lr_at, make_optimizer
+from .training import FineTuneConfig, fine_tune
 
 Example = tuple[str, int]
 FREEZING = ("head", "last_block", "all")
@@ -186,16 +182,7 @@ def confusion_matrix(predictions: Sequence[int], labels: Sequence[int], n_classe
     return matrix
 
 
-@dataclass
-class ClassifierConfig:
-    epochs: float = 3.0  # passes over the training examples (a fraction is allowed)
-    batch_size: int = 16
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    warmup_steps: int = 10
-    grad_clip: float | None = 1.0
-    eval_every: int = 50  # steps between estimates of training and validation loss/accuracy
-    seed: int = 0  # the order of the examples
+ClassifierConfig = FineTuneConfig  # chapter 10's name for the fine-tuning settings
 
 
 @dataclass
@@ -226,43 +213,21 @@ def train_classifier(
     if not train or not val:
         raise ValueError("train_classifier needs training and validation examples")
     device = next(model.parameters()).device
-    per_epoch = math.ceil(len(train) / config.batch_size)
-    steps = max(1, round(config.epochs * per_epoch))
-    schedule = TrainConfig(
-        steps=steps, batch_size=config.batch_size, lr=config.lr, min_lr=config.lr / 10,
-        warmup_steps=min(config.warmup_steps, steps), weight_decay=config.weight_decay, grad_clip=config.grad_clip,
-        eval_every=config.eval_every,
-    )  # fmt: skip
-    optimizer = make_optimizer(model, schedule)
-    generator = torch.Generator().manual_seed(config.seed)
-    order: list[int] = []
     train_probe = list(train[:: max(1, len(train) // len(val))])[: len(val)]
     history = ClassifierHistory()
-    progress = show_progress() if progress is None else progress
-    started = time.perf_counter()
-    model.train()
-    for step in tqdm(range(steps), desc="fine-tuning", disable=not progress):
-        if len(order) < config.batch_size:
-            order += torch.randperm(len(train), generator=generator).tolist()
-        chosen, order = order[: config.batch_size], order[config.batch_size :]
+
+    def batch_loss(chosen: Sequence[int]) -> torch.Tensor:
         ids, lengths, labels = next(batches(train, len(chosen), pad_id, model.context_length, chosen))
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, schedule)
-        loss = F.cross_entropy(model(ids.to(device), lengths).float(), labels.to(device))
-        loss.backward()
-        if config.grad_clip is not None:
-            nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if (step + 1) % config.eval_every == 0 or step + 1 == steps:
-            history.seconds += time.perf_counter() - started
-            train_loss, train_accuracy, _ = evaluate(model, train_probe, pad_id)
-            val_loss, val_accuracy, _ = evaluate(model, val, pad_id)
-            history.steps.append(step + 1)
-            history.train_loss.append(train_loss)
-            history.train_accuracy.append(train_accuracy)
-            history.val_loss.append(val_loss)
-            history.val_accuracy.append(val_accuracy)
-            started = time.perf_counter()
-    model.eval()
+        return F.cross_entropy(model(ids.to(device), lengths).float(), labels.to(device))
+
+    def record(step: int) -> None:
+        train_loss, train_accuracy, _ = evaluate(model, train_probe, pad_id)
+        val_loss, val_accuracy, _ = evaluate(model, val, pad_id)
+        history.steps.append(step)
+        history.train_loss.append(train_loss)
+        history.train_accuracy.append(train_accuracy)
+        history.val_loss.append(val_loss)
+        history.val_accuracy.append(val_accuracy)
+
+    history.seconds = fine_tune(model, len(train), batch_loss, config, record, progress)
     return history

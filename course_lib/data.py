@@ -345,19 +345,13 @@ def _public_objects(module) -> list:
     return found
 
 
-def docstring_areas() -> LabelledTexts:
-    """Which area of the standard library a docstring comes from, generated from this Python.
-
-    Each example is the first sentence of the docstring of a public function, class or method
-    of a module in :data:`DOCSTRING_AREAS`, labelled with the module's area. Fragments (fewer
-    than four words, bare signatures) are dropped, and so is a sentence found in two areas;
-    a sentence found twice in one area is kept once. Docstrings change between Python
-    versions: count what you get rather than expecting a number.
-    """
+def _docstring_facts() -> list[tuple[str, str, int]]:
+    """``(qualified name, first sentence, area)`` for every public function, class and method of
+    the modules in :data:`DOCSTRING_AREAS` whose docstring starts with a real sentence (fragments
+    of fewer than four words and bare signatures are dropped)."""
     import importlib
 
-    areas: dict[str, set[int]] = {}
-    label_names = list(DOCSTRING_AREAS)
+    facts = []
     for label, modules in enumerate(DOCSTRING_AREAS.values()):
         for module_name in modules:
             try:
@@ -371,9 +365,26 @@ def docstring_areas() -> LabelledTexts:
                 sentence = first_sentence(doc)
                 if len(sentence.split()) < 4 or len(sentence) > 300 or re.match(r"^[\w.]+\(.*\)\s*(->|$)", sentence):
                     continue
-                areas.setdefault(sentence, set()).add(label)
+                qualname = getattr(obj, "__qualname__", obj.__name__)
+                name = f"{module_name}.{obj.__name__ if '<locals>' in qualname else qualname}"
+                facts.append((name if isinstance(obj, type) else name + "()", sentence, label))
+    return facts
+
+
+def docstring_areas() -> LabelledTexts:
+    """Which area of the standard library a docstring comes from, generated from this Python.
+
+    Each example is the first sentence of the docstring of a public function, class or method
+    of a module in :data:`DOCSTRING_AREAS`, labelled with the module's area. Fragments (fewer
+    than four words, bare signatures) are dropped, and so is a sentence found in two areas;
+    a sentence found twice in one area is kept once. Docstrings change between Python
+    versions: count what you get rather than expecting a number.
+    """
+    areas: dict[str, set[int]] = {}
+    for _, sentence, label in _docstring_facts():
+        areas.setdefault(sentence, set()).add(label)
     examples = [(text, next(iter(labels))) for text, labels in areas.items() if len(labels) == 1]
-    return _split(examples, label_names)
+    return _split(examples, list(DOCSTRING_AREAS))
 
 
 SMS_SPAM = RemoteCorpus(
@@ -429,3 +440,143 @@ def sms_spam(cache_dir: str | Path | None = None, source: RemoteCorpus = SMS_SPA
             raise DatasetUnavailableError(f"{table}, line {number}: expected 'ham' or 'spam', a tab, and a message")
         examples[text] = label_names.index(label)  # a few messages occur twice: keep one
     return _split(list(examples.items()), label_names)
+
+
+# --------------------------------------------------------------------------------------
+# Instructions (chapter 11): a "Python docs assistant" generated from this Python
+# --------------------------------------------------------------------------------------
+
+Instruction = dict[str, str]
+"""Alpaca form: ``instruction``, ``input`` (may be empty), ``output``; generated examples add
+``kind`` (``describe``, ``name``, ``area``, ``explain``)."""
+
+AREA_INSTRUCTION = "Which area of the standard library is this about: " + ", ".join(DOCSTRING_AREAS) + "?"
+
+
+@dataclass
+class InstructionSet:
+    train: list[Instruction]
+    val: list[Instruction]
+    test: list[Instruction]
+
+    def kinds(self) -> dict[str, list[int]]:
+        """Examples of each kind in train / val / test."""
+        kinds = sorted({e.get("kind", "") for split in SPLITS for e in getattr(self, split)})
+        return {k: [sum(e.get("kind", "") == k for e in getattr(self, split)) for split in SPLITS] for k in kinds}
+
+
+def reference_sections() -> list[tuple[str, str]]:
+    """``(heading, first sentence)`` of each section of the language reference topics
+    (``help("with")`` and friends), skipping the grammar lines (``with_stmt ::= ...``) and code."""
+    sections = []
+    for topic in stdlib_docs():
+        lines = topic.splitlines()
+        for k in range(len(lines) - 1):
+            heading, rule = lines[k].strip(), lines[k + 1].strip()
+            if not heading or len(rule) < 3 or set(rule) not in ({"*"}, {"="}, {"-"}):
+                continue
+            prose = []
+            for line in lines[k + 2 :]:
+                if set(line.strip()) in ({"*"}, {"="}, {"-"}) and len(line.strip()) >= 3:
+                    break  # the next heading's rule: this section had no prose
+                if not line.strip():
+                    if prose:
+                        break
+                    continue
+                if line.startswith(" ") or "::=" in line:  # code, grammar
+                    if prose:
+                        break
+                    continue
+                prose.append(line.strip())
+            sentence = first_sentence(" ".join(prose)) if prose else ""
+            if len(sentence.split()) >= 5 and len(sentence) <= 250 and sentence.endswith("."):
+                sections.append((heading.replace('"', "`"), sentence.replace('"', "`")))
+    return sorted(set(sections))
+
+
+def docs_instructions() -> InstructionSet:
+    """A "Python docs assistant" instruction set generated from this Python's own documentation.
+
+    - ``describe``: "What does `math.sqrt()` do?" -> the first sentence of its docstring;
+    - ``name``: the reverse, a sentence -> the name of what it documents;
+    - ``area``: chapter 10's task as an instruction -> the area's name (exact match is checkable);
+    - ``explain``: "Explain `with` statement in one sentence." -> the reference section's first
+      sentence (grammar lines left out).
+
+    Only sentences that document exactly one object are used. Examples are split by a hash of
+    the *fact* (the sentence, or the section heading), so a held-out sentence is never trained
+    on in any of its forms; the area examples fall in the same splits as chapter 10's.
+    """
+    facts = _docstring_facts()
+    owners: dict[str, set[str]] = {}
+    for name, sentence, _ in facts:
+        owners.setdefault(sentence, set()).add(name)
+    areas = list(DOCSTRING_AREAS)
+    parts: dict[str, list[Instruction]] = {split: [] for split in SPLITS}
+    for name, sentence, label in sorted(set(facts)):
+        if len(owners[sentence]) != 1:
+            continue  # "Return self==value." documents dozens of methods
+        split = parts[split_of(sentence)]
+        split.append({"instruction": f"What does `{name}` do?", "input": "", "output": sentence, "kind": "describe"})
+        split.append(
+            {
+                "instruction": "Which function, class or method of the standard library does this describe?",
+                "input": sentence,
+                "output": f"`{name}`",
+                "kind": "name",
+            }
+        )
+        split.append({"instruction": AREA_INSTRUCTION, "input": sentence, "output": areas[label], "kind": "area"})
+    for heading, sentence in reference_sections():
+        parts[split_of(heading)].append(
+            {"instruction": f"Explain {heading} in one sentence.", "input": "", "output": sentence, "kind": "explain"}
+        )
+    return InstructionSet(parts["train"], parts["val"], parts["test"])
+
+
+ALPACA_DATA = RemoteCorpus(
+    url="https://raw.githubusercontent.com/rasbt/LLMs-from-scratch/4ac480c9ae56ead3ba3bf71060ecbcd783bb8dc6/"
+    "ch07/01_main-chapter-code/instruction-data.json",
+    sha256="7e09a9af353722ca15c18bc580f093f9c39d3178335a75177319cb1e1d163944",
+    filename="llms-from-scratch-instruction-data.json",
+    description="1,100 Alpaca-style instructions of Build a Large Language Model (From Scratch), ch. 7 (Apache-2.0)",
+)
+
+
+def book_instructions(cache_dir: str | Path | None = None, source: RemoteCorpus = ALPACA_DATA) -> InstructionSet:
+    """The instruction set of *Build a Large Language Model (From Scratch)* (1,100 examples),
+    downloaded once and checked, split by a hash of each instruction. Needs the network the first time."""
+    import json
+
+    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    path = download(source.url, folder / source.filename, source.sha256)
+    entries = json.loads(path.read_text(encoding="utf-8"))
+    parts: dict[str, list[Instruction]] = {split: [] for split in SPLITS}
+    for k, entry in enumerate(entries):
+        if not {"instruction", "input", "output"} <= set(entry):
+            raise DatasetUnavailableError(f"{path}, entry {k}: expected the keys instruction, input and output")
+        parts[split_of(entry["instruction"] + entry["input"])].append(
+            {key: entry[key] for key in ("instruction", "input", "output")}
+        )
+    return InstructionSet(parts["train"], parts["val"], parts["test"])
+
+
+def docs_multiple_choice(examples: list[Instruction], n_options: int = 4, seed: int = 0) -> list[dict]:
+    """Multiple-choice questions from ``describe`` examples: "What does `x` do?" with its own
+    sentence among ``n_options - 1`` sentences of other objects, in a shuffled order.
+    Each question is ``{"question", "options", "answer"}`` (``answer``: the right option's index)."""
+    import random
+
+    describe = [e for e in examples if e.get("kind") == "describe"]
+    if len(describe) < n_options:
+        raise ValueError(f"need at least {n_options} describe examples to make questions, got {len(describe)}")
+    rng = random.Random(seed)
+    questions = []
+    for k, example in enumerate(describe):
+        others = [e["output"] for j, e in enumerate(describe) if j != k and e["output"] != example["output"]]
+        options = rng.sample(others, n_options - 1) + [example["output"]]
+        rng.shuffle(options)
+        questions.append(
+            {"question": example["instruction"], "options": options, "answer": options.index(example["output"])}
+        )
+    return questions

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -412,3 +412,71 @@ def train_language_model(
         seed=seed,
     )
     return Trainer(model, train_ids, val_ids, config, progress=progress).train()
+
+
+# --------------------------------------------------------------------------------------
+# Fine-tuning on examples (chapters 10 and 11)
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class FineTuneConfig:
+    """A fine-tuning run over labelled examples (texts and labels, instructions and answers)."""
+
+    epochs: float = 3.0  # passes over the training examples (a fraction is allowed)
+    batch_size: int = 16
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    warmup_steps: int = 10
+    grad_clip: float | None = 1.0
+    eval_every: int = 50  # steps between evaluations
+    seed: int = 0  # the order of the examples
+
+
+def fine_tune(
+    model: nn.Module,
+    n_examples: int,
+    batch_loss: Callable[[Sequence[int]], torch.Tensor],
+    config: FineTuneConfig,
+    evaluate: Callable[[int], None],
+    progress: bool | None = None,
+) -> float:
+    """The Trainer's recipe for a list of examples: ``batch_loss(indices)`` gives the loss of a
+    batch of example indices; the trainable parameters of ``model`` take AdamW steps (decay on
+    matrices only) under warmup and cosine, with clipping. The examples are reshuffled every
+    epoch by a generator seeded with ``config.seed``. ``evaluate(step)`` runs every
+    ``eval_every`` steps and after the last. Returns the seconds spent training (evaluations
+    excluded); the model is left in eval mode.
+    """
+    per_epoch = math.ceil(n_examples / config.batch_size)
+    steps = max(1, round(config.epochs * per_epoch))
+    schedule = TrainConfig(
+        steps=steps, batch_size=config.batch_size, lr=config.lr, min_lr=config.lr / 10,
+        warmup_steps=min(config.warmup_steps, steps), weight_decay=config.weight_decay, grad_clip=config.grad_clip,
+        eval_every=config.eval_every,
+    )  # fmt: skip
+    optimizer = make_optimizer(model, schedule)
+    generator = torch.Generator().manual_seed(config.seed)
+    order: list[int] = []
+    progress = show_progress() if progress is None else progress
+    seconds, started = 0.0, time.perf_counter()
+    model.train()
+    for step in tqdm(range(steps), desc="fine-tuning", disable=not progress):
+        if len(order) < config.batch_size:
+            order += torch.randperm(n_examples, generator=generator).tolist()
+        chosen, order = order[: config.batch_size], order[config.batch_size :]
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, schedule)
+        loss = batch_loss(chosen)
+        loss.backward()
+        if config.grad_clip is not None:
+            nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if (step + 1) % config.eval_every == 0 or step + 1 == steps:
+            seconds += time.perf_counter() - started
+            evaluate(step + 1)
+            model.train()
+            started = time.perf_counter()
+    model.eval()
+    return seconds

@@ -1,0 +1,100 @@
+"""Evaluating an assistant (chapter 11): the answer's form, exact match, multiple-choice
+questions scored by log-likelihood, and a model as judge.
+
+- :func:`has_expected_form` checks what can be checked without knowing the answer: a sentence,
+  a name in backticks, one of the areas;
+- :func:`option_scores` scores each option of a multiple-choice question by the log-probability
+  the model gives its tokens after the question (summed, or per token so long options are not
+  penalised): the model never has to *write* anything, so even a small model can be compared
+  with a large one;
+- :func:`judge_preference` asks a chat model which of two answers is better and reads the
+  probabilities of "A" and "B" as its next token; asking again with the answers swapped shows
+  its position bias.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .data import DOCSTRING_AREAS, Instruction
+from .model import GPT
+
+NAME_FORM = re.compile(r"`[A-Za-z_][\w.]*(\(\))?`")
+
+
+def has_expected_form(example: Instruction, text: str) -> bool:
+    """Whether an answer has the form its kind asks for (right or wrong): a sentence ending with
+    a full stop (``describe``, ``explain``), a dotted name in backticks (``name``), one of the
+    area names (``area``)."""
+    kind, text = example.get("kind"), text.strip()
+    if kind in ("describe", "explain"):
+        return len(text.split()) >= 3 and text.endswith(".") and "###" not in text
+    if kind == "name":
+        return NAME_FORM.fullmatch(text) is not None
+    if kind == "area":
+        return text in DOCSTRING_AREAS
+    raise ValueError(f"no expected form for examples of kind {kind!r}; known: describe, explain, name, area")
+
+
+def exact_match(text: str, expected: str) -> bool:
+    """The same answer, up to surrounding whitespace."""
+    return text.strip() == expected.strip()
+
+
+@torch.no_grad()
+def option_scores(
+    model: GPT, prompt_ids: Sequence[int], options: Sequence[Sequence[int]], per_token: bool = True
+) -> list[float]:
+    """The log-probability of each option's tokens after ``prompt_ids``, summed over the option's
+    tokens (``per_token=False``) or averaged (``per_token=True``). All options run as one batch."""
+    if not options or any(len(o) == 0 for o in options):
+        raise ValueError("every option needs at least one token")
+    rows = [list(prompt_ids) + list(o) for o in options]
+    if max(map(len, rows)) > model.config.context_length:
+        raise ValueError(
+            f"prompt + option is {max(map(len, rows))} tokens, longer than the context of {model.config.context_length}"
+        )
+    T = max(map(len, rows))
+    ids = torch.zeros(len(rows), T, dtype=torch.long)  # (N, T), padded on the right (never read)
+    for k, row in enumerate(rows):
+        ids[k, : len(row)] = torch.tensor(row)
+    was_training = model.training
+    model.eval()
+    logprobs = F.log_softmax(model(ids.to(next(model.parameters()).device)).float(), dim=-1).cpu()  # (N, T, V)
+    model.train(was_training)
+    scores = []
+    start = len(prompt_ids)
+    for k, option in enumerate(options):
+        positions = torch.arange(start - 1, start - 1 + len(option))  # the logits that predict the option
+        total = logprobs[k, positions, torch.tensor(list(option))].sum().item()
+        scores.append(total / len(option) if per_token else total)
+    return scores
+
+
+JUDGE_QUESTION = (
+    "Here is a question about Python and two answers.\n\nQuestion: {question}\n\nAnswer A: {first}\n\n"
+    "Answer B: {second}\n\nWhich answer is correct? Reply with the letter A or B only."
+)
+
+
+@torch.no_grad()
+def judge_preference(model: GPT, tokenizer, chat_template: str, question: str, first: str, second: str) -> float:
+    """P(the judge prefers the *first* answer shown): the probability of "A" as the first token of
+    its reply, renormalised over "A" and "B"."""
+    from .pretrained import apply_chat_template
+
+    prompt = apply_chat_template(
+        chat_template,
+        [{"role": "user", "content": JUDGE_QUESTION.format(question=question, first=first, second=second)}],
+    )
+    ids = torch.tensor([tokenizer.encode(prompt, allowed_special="all")])
+    logits = model(ids.to(next(model.parameters()).device))[0, -1].float()  # (V,)
+    a, b = tokenizer.encode("A"), tokenizer.encode("B")
+    if len(a) != 1 or len(b) != 1:
+        raise ValueError("the judge's tokenizer must encode 'A' and 'B' as single tokens")
+    pair = torch.softmax(torch.stack([logits[a[0]], logits[b[0]]]), dim=0)
+    return pair[0].item()
