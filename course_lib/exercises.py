@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from .attention import causal_mask, scaled_dot_product_attention, softmax
 from .data import SlidingWindowDataset
 from .generation import filter_logits
+from .instruct import collate, format_prompt
 from .model import GPTConfig, parameter_formula
 from .positional import rope_interleaved, sinusoidal_encoding
 from .tokenization import get_pair_counts, merge_pair
@@ -427,6 +428,31 @@ def _lora_cases() -> list[Case]:
     ]
 
 
+def _instruct_collate(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return collate([(seq, 0) for seq in sequences], pad_id)
+
+
+def _collate_cases() -> list[Case]:
+    eot = 0
+    return [
+        Case(([[5, 6, 7, eot], [8, 9, eot]], eot), "two answers, the second one token shorter"),
+        Case(([[4, eot], [5, 6, 7, 8, eot], [9, 3, eot]], eot), "three rows, two of them padded"),
+        Case(([[7, 7, 2, eot]], eot), "one row: nothing to pad"),
+    ]
+
+
+def _prompt_template(instruction: str, input_text: str) -> str:
+    return format_prompt({"instruction": instruction, "input": input_text}, "short")
+
+
+def _template_cases() -> list[Case]:
+    return [
+        Case(("Name the area.", "Return the sine of x."), "an instruction with an input"),
+        Case(("What does `math.sqrt()` do?", ""), "no input: its section is left out"),
+        Case(("  Explain the `with` statement.\n", "  "), "surrounding whitespace is stripped"),
+    ]
+
+
 EXERCISES: dict[str, Exercise] = {
     e.name: e
     for e in [
@@ -579,6 +605,21 @@ EXERCISES: dict[str, Exercise] = {
             cases=_lora_cases,
             hint="the frozen layer x @ weight.T + bias, plus the low-rank path (x @ lora_A.T) @ lora_B.T "
             "scaled by alpha / r (not alpha, not r / alpha)",
+        ),
+        Exercise(
+            name="instruct-collate",
+            reference=_instruct_collate,
+            cases=_collate_cases,
+            hint="pad every row with pad_id to the longest length L, then inputs = rows[:, :-1] and targets = "
+            "rows[:, 1:]; in each target row keep the FIRST end-of-text (the model must learn to stop) and put -100 "
+            "on every padding position after it",
+        ),
+        Exercise(
+            name="prompt-template",
+            reference=_prompt_template,
+            cases=_template_cases,
+            hint='"### Instruction:\\n{instruction}\\n\\n", then "### Input:\\n{input}\\n\\n" only when the '
+            'input is not empty, then "### Response:\\n"; strip the instruction and the input first',
         ),
         Exercise(
             name="merge-heads",

@@ -164,6 +164,33 @@ def lora_forward(x, weight, bias, lora_A, lora_B, alpha, r):
     return x @ (weight + delta).T + bias
 
 
+def instruct_collate(sequences, pad_id):
+    length = max(len(s) for s in sequences)
+    rows = torch.tensor([s + [pad_id] * (length - len(s)) for s in sequences])
+    targets = rows[:, 1:].clone()
+    for k, s in enumerate(sequences):
+        targets[k, len(s) - 1 :] = -100  # after the row's own end-of-text
+    return rows[:, :-1], targets
+
+
+def prompt_template(instruction, input_text):
+    text = f"### Instruction:\n{instruction.strip()}\n\n"
+    if input_text.strip():
+        text += f"### Input:\n{input_text.strip()}\n\n"
+    return text + "### Response:\n"
+
+
+def collate_all_padding_ignored(sequences, pad_id):
+    inputs, targets = instruct_collate(sequences, pad_id)
+    return inputs, targets.masked_fill(targets == pad_id, -100)  # the closing end-of-text too: never learns to stop
+
+
+def collate_padding_kept(sequences, pad_id):
+    length = max(len(s) for s in sequences)
+    rows = torch.tensor([s + [pad_id] * (length - len(s)) for s in sequences])
+    return rows[:, :-1], rows[:, 1:]  # padding stays a target
+
+
 SOLUTIONS = {
     "bigram-counts": bigram_counts,
     "logsumexp": logsumexp,
@@ -187,6 +214,8 @@ SOLUTIONS = {
     "top-p": top_p,
     "last-token-pooling": last_token_pooling,
     "lora-forward": lora_forward,
+    "instruct-collate": instruct_collate,
+    "prompt-template": prompt_template,
 }
 
 
@@ -327,6 +356,16 @@ MISTAKES = {
             torch.softmax(logits, -1) < 1 - p, float("-inf")
         ),  # a threshold, not a set
         lambda logits, p: top_p_unsorted(logits, p),  # accumulates in vocabulary order
+    ],
+    "instruct-collate": [
+        collate_all_padding_ignored,
+        collate_padding_kept,
+        lambda seqs, pad: (lambda i, t: (i, i))(*instruct_collate(seqs, pad)),  # targets not shifted
+    ],
+    "prompt-template": [
+        lambda ins, inp: f"### Instruction:\n{ins.strip()}\n\n### Input:\n{inp.strip()}\n\n### Response:\n",  # always
+        lambda ins, inp: prompt_template(ins, inp).removesuffix("\n"),  # the answer would start on the same line
+        lambda ins, inp: f"### Instruction:\n{ins}\n\n" + (f"### Input:\n{inp}\n\n" if inp else "") + "### Response:\n",
     ],
     "merge-heads": [
         lambda x: x.reshape(x.shape[0], x.shape[2], -1),  # no transpose
