@@ -98,3 +98,10 @@ def judge_preference(model: GPT, tokenizer, chat_template: str, question: str, f
         raise ValueError("the judge's tokenizer must encode 'A' and 'B' as single tokens")
     pair = torch.softmax(torch.stack([logits[a[0]], logits[b[0]]]), dim=0)
     return pair[0].item()
+
+
+def areas_named(text: str) -> list[str]:
+    """The area names (:data:`DOCSTRING_AREAS`) a free-form answer mentions, case-insensitively:
+    a chat model answers in sentences, so "names exactly the right area" is its exact match."""
+    lowered = text.lower()
+    return [area for area in DOCSTRING_AREAS if area.lower() in lowered]

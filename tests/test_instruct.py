@@ -12,7 +12,7 @@ from course_lib.data import (
     docstring_areas,
     split_of,
 )
-from course_lib.evaluation import exact_match, has_expected_form, option_scores
+from course_lib.evaluation import areas_named, exact_match, has_expected_form, option_scores
 from course_lib.instruct import (
     ALPACA_PREAMBLE,
     ASSISTANT,
@@ -192,6 +192,8 @@ def test_expected_forms():
     assert exact_match(" text\n", "text") and not exact_match("Text", "text")
     with pytest.raises(ValueError, match="no expected form"):
         has_expected_form({"kind": "poem"}, "x")
+    assert areas_named("This is about Networking.") == ["networking"]
+    assert areas_named("Text, or dates and time?") == ["text", "dates and time"] and areas_named("no idea") == []
 
 
 def test_option_scores_are_log_probabilities_of_the_options():
