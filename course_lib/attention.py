@@ -195,6 +195,14 @@ class KVCache:
         for layer in self.layers:
             layer.length = 0
 
+    def truncate(self, length: int) -> None:
+        """Forget every position from ``length`` on: a prompt shared by many continuations is run
+        once, and each continuation starts again from it."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of {self.length} positions to {length}")
+        for layer in self.layers:
+            layer.length = length
+
 
 class MultiHeadAttention(nn.Module):
     """All heads at once: one fused QKV projection, heads as a batch dimension.

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
+from .attention import KVCache
 from .data import DOCSTRING_AREAS, Instruction
 from .model import GPT
 
@@ -47,12 +48,22 @@ def exact_match(text: str, expected: str) -> bool:
 
 @torch.no_grad()
 def option_scores(
-    model: GPT, prompt_ids: Sequence[int], options: Sequence[Sequence[int]], per_token: bool = True
+    model: GPT,
+    prompt_ids: Sequence[int],
+    options: Sequence[Sequence[int]],
+    per_token: bool = True,
+    cache: KVCache | None = None,
 ) -> list[float]:
     """The log-probability of each option's tokens after ``prompt_ids``, summed over the option's
-    tokens (``per_token=False``) or averaged (``per_token=True``). All options run as one batch."""
+    tokens (``per_token=False``) or averaged (``per_token=True``). All options run as one batch.
+
+    With a ``cache`` that already holds a shared prefix (few-shot examples), ``prompt_ids`` are the
+    tokens after it; each option is then scored from the cached state, which is left as it was.
+    """
     if not options or any(len(o) == 0 for o in options):
         raise ValueError("every option needs at least one token")
+    if cache is not None:
+        return _option_scores_after_cache(model, prompt_ids, options, per_token, cache)
     rows = [list(prompt_ids) + list(o) for o in options]
     if max(map(len, rows)) > model.config.context_length:
         raise ValueError(
@@ -72,6 +83,29 @@ def option_scores(
         positions = torch.arange(start - 1, start - 1 + len(option))  # the logits that predict the option
         total = logprobs[k, positions, torch.tensor(list(option))].sum().item()
         scores.append(total / len(option) if per_token else total)
+    return scores
+
+
+def _option_scores_after_cache(
+    model: GPT, prompt_ids: Sequence[int], options: Sequence[Sequence[int]], per_token: bool, cache: KVCache
+) -> list[float]:
+    if not prompt_ids:
+        raise ValueError("with a cache, prompt_ids must hold at least the token the first option follows")
+    device = next(model.parameters()).device
+    start = cache.length
+    first = F.log_softmax(model(torch.tensor([list(prompt_ids)], device=device), cache=cache)[0, -1].float(), dim=-1)
+    after_prompt = cache.length
+    scores = []
+    for option in options:
+        total = first[option[0]].item()  # (V,) log-probabilities after the prompt
+        if len(option) > 1:  # the option's own tokens predict its next ones
+            logprobs = F.log_softmax(
+                model(torch.tensor([list(option[:-1])], device=device), cache=cache)[0].float(), -1
+            )
+            total += logprobs[torch.arange(len(option) - 1), torch.tensor(list(option[1:]))].sum().item()
+            cache.truncate(after_prompt)
+        scores.append(total / len(option) if per_token else total)
+    cache.truncate(start)
     return scores
 
 

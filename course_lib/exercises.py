@@ -25,6 +25,7 @@ from .generation import filter_logits
 from .instruct import collate, format_prompt
 from .model import GPTConfig, parameter_formula
 from .positional import rope_interleaved, sinusoidal_encoding
+from .prompting import few_shot_prompt, majority_vote
 from .tokenization import get_pair_counts, merge_pair
 from .training import TrainConfig, lr_at
 
@@ -453,6 +454,24 @@ def _template_cases() -> list[Case]:
     ]
 
 
+def _few_shot_cases() -> list[Case]:
+    shots = [("Return the sine of x.", "numbers and maths"), ("Open a socket.", "networking")]
+    return [
+        Case((shots, "Parse a date string."), "two examples, then the question"),
+        Case(([], "Remove a file."), "zero-shot: only the question"),
+        Case(((shots[1],), "  Sort a list in place.  "), "one example; the question is stripped"),
+    ]
+
+
+def _vote_cases() -> list[Case]:
+    return [
+        Case(([71, 81, 81, 80, 81],), "a clear majority, not the first sample"),
+        Case(([12, None, 7, None, None],), "unreadable answers (None) do not vote"),
+        Case(([9, 5, 6, 6, 5],), "a tie between 5 and 6: the one seen first wins"),
+        Case(([None, None],), "nothing readable: None"),
+    ]
+
+
 EXERCISES: dict[str, Exercise] = {
     e.name: e
     for e in [
@@ -620,6 +639,20 @@ EXERCISES: dict[str, Exercise] = {
             cases=_template_cases,
             hint='"### Instruction:\\n{instruction}\\n\\n", then "### Input:\\n{input}\\n\\n" only when the '
             'input is not empty, then "### Response:\\n"; strip the instruction and the input first',
+        ),
+        Exercise(
+            name="few-shot-prompt",
+            reference=lambda examples, query: few_shot_prompt(examples, query),
+            cases=_few_shot_cases,
+            hint='each example is "Sentence: {text}\\nArea: {label}\\n\\n"; then "Sentence: {query}\\nArea:" with no '
+            "space or newline after the colon (the model writes the label); strip the query",
+        ),
+        Exercise(
+            name="majority-vote",
+            reference=majority_vote,
+            cases=_vote_cases,
+            hint="count the answers that are not None (collections.Counter); among the most common, return the one "
+            "that appears first in the list; None when every answer is None",
         ),
         Exercise(
             name="merge-heads",

@@ -162,13 +162,11 @@ def train_instructions(
 def answer(model: GPT, tokenizer, prompt: str, max_new_tokens: int = 48, eos_id: int | None = None) -> tuple[str, bool]:
     """``(text, stopped)``: the greedy continuation of ``prompt`` up to end-of-text (``eos_id``,
     default the tokenizer's ``<|endoftext|>``), and whether the model stopped by itself
-    within ``max_new_tokens``. The prompt is cut to its last ``context - max_new_tokens`` tokens."""
+    within ``max_new_tokens``. A prompt longer than the context keeps its last tokens; once the
+    answer fills the context the window slides (as in training, prompt + answer should fit)."""
     eos_id = tokenizer.special_tokens[ENDOFTEXT] if eos_id is None else eos_id
     ids = tokenizer.encode(prompt, allowed_special="all")
-    keep = model.config.context_length - max_new_tokens
-    if keep < 1:
-        raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the context")
-    prompt_ids = torch.tensor([ids[-keep:]])  # (1, T)
+    prompt_ids = torch.tensor([ids[-(model.config.context_length - 1) :]])  # (1, T): room for one new token
     new = generate(model, prompt_ids, max_new_tokens, greedy=True, eos_id=eos_id)[0, prompt_ids.shape[1] :].tolist()
     stopped = eos_id in new
     return tokenizer.decode(new[: new.index(eos_id)] if stopped else new).strip(), stopped

@@ -191,6 +191,18 @@ def collate_padding_kept(sequences, pad_id):
     return rows[:, :-1], rows[:, 1:]  # padding stays a target
 
 
+def few_shot(examples, query):
+    text = "".join(f"Sentence: {x}\nArea: {y}\n\n" for x, y in examples)
+    return text + f"Sentence: {query.strip()}\nArea:"
+
+
+def vote(answers):
+    readable = [a for a in answers if a is not None]
+    if not readable:
+        return None
+    return max(readable, key=lambda a: (readable.count(a), -readable.index(a)))
+
+
 SOLUTIONS = {
     "bigram-counts": bigram_counts,
     "logsumexp": logsumexp,
@@ -216,6 +228,8 @@ SOLUTIONS = {
     "lora-forward": lora_forward,
     "instruct-collate": instruct_collate,
     "prompt-template": prompt_template,
+    "few-shot-prompt": few_shot,
+    "majority-vote": vote,
 }
 
 
@@ -366,6 +380,18 @@ MISTAKES = {
         lambda ins, inp: f"### Instruction:\n{ins.strip()}\n\n### Input:\n{inp.strip()}\n\n### Response:\n",  # always
         lambda ins, inp: prompt_template(ins, inp).removesuffix("\n"),  # the answer would start on the same line
         lambda ins, inp: f"### Instruction:\n{ins}\n\n" + (f"### Input:\n{inp}\n\n" if inp else "") + "### Response:\n",
+    ],
+    "few-shot-prompt": [
+        lambda ex, q: few_shot(ex, q) + " ",  # a space after "Area:": the label's own space is doubled
+        lambda ex, q: "\n".join(f"Sentence: {x}\nArea: {y}" for x, y in ex) + f"Sentence: {q.strip()}\nArea:",
+        lambda ex, q: few_shot(ex, q).replace(f"Sentence: {q.strip()}", f"Sentence: {q}"),  # query not stripped
+    ],
+    "majority-vote": [
+        lambda answers: answers[0],  # the first sample, no vote
+        lambda answers: max(set(answers), key=answers.count),  # None votes, ties arbitrary
+        lambda answers: max(
+            reversed([a for a in answers if a is not None]), key=answers.count, default=None
+        ),  # last tie
     ],
     "merge-heads": [
         lambda x: x.reshape(x.shape[0], x.shape[2], -1),  # no transpose

