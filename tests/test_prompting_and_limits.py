@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from course_lib.evaluation import option_scores
 from course_lib.limits import next_word_probabilities, verbatim_continuations
 from course_lib.model import GPT, GPTConfig
-from course_lib.prompting import best_of_n, classify_by_likelihood, extract_number, few_shot_prompt, majority_vote
 from course_lib.pretrained import load_pretrained
+from course_lib.prompting import best_of_n, classify_by_likelihood, extract_number, few_shot_prompt, majority_vote
 
 
 @pytest.fixture(scope="module")
