@@ -50,6 +50,20 @@ def _section(title: str, body: str | Sequence[str] | Mapping[str, object]) -> li
     return [f"## {title}", "", *content, ""]
 
 
+def _document(kind: str, required: Sequence[str], head: list[str], sections: Mapping, path: str | Path | None) -> str:
+    """``head`` and then every section, checked to include the ``required`` ones; saved to ``path`` if given."""
+    missing = [s for s in required if s not in sections]
+    if missing:
+        raise ValueError(f"{kind} needs the sections {list(required)}; missing {missing}")
+    lines = list(head)
+    for title, body in sections.items():
+        lines += _section(title.capitalize(), body)
+    text = "\n".join(lines).rstrip() + "\n"
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text
+
+
 REQUIRED_CARD = ("intended use", "training data", "evaluation", "limitations")
 
 
@@ -65,19 +79,9 @@ def model_card(
     """A model card in Markdown. ``config`` (a dataclass or a mapping) and ``training`` (data, steps,
     compute...) become tables; ``sections`` must include at least :data:`REQUIRED_CARD` (a card
     without its limitations is an advertisement). Written to ``path`` only if one is given."""
-    missing = [s for s in REQUIRED_CARD if s not in sections]
-    if missing:
-        raise ValueError(f"a model card needs the sections {list(REQUIRED_CARD)}; missing {missing}")
     settings = {k: v for k, v in (asdict(config) if is_dataclass(config) else dict(config)).items() if v is not None}
-    lines = [f"# Model card: {name}", "", summary, ""]
-    lines += _section("Model", settings)
-    lines += _section("Training", training)
-    for title, body in sections.items():
-        lines += _section(title.capitalize(), body)
-    text = "\n".join(lines).rstrip() + "\n"
-    if path is not None:
-        Path(path).write_text(text, encoding="utf-8")
-    return text
+    head = [f"# Model card: {name}", "", summary, ""] + _section("Model", settings) + _section("Training", training)
+    return _document("a model card", REQUIRED_CARD, head, sections, path)
 
 
 REQUIRED_DATASHEET = ("motivation", "composition", "collection", "uses", "limitations")
@@ -93,14 +97,5 @@ def datasheet(
 ) -> str:
     """A datasheet in Markdown: the counts and the SHA-256 of what was generated, and at least
     the sections of :data:`REQUIRED_DATASHEET`."""
-    missing = [s for s in REQUIRED_DATASHEET if s not in sections]
-    if missing:
-        raise ValueError(f"a datasheet needs the sections {list(REQUIRED_DATASHEET)}; missing {missing}")
-    lines = [f"# Datasheet: {name}", ""]
-    lines += _section("Contents", {**counts, "SHA-256": f"`{sha256}`"})
-    for title, body in sections.items():
-        lines += _section(title.capitalize(), body)
-    text = "\n".join(lines).rstrip() + "\n"
-    if path is not None:
-        Path(path).write_text(text, encoding="utf-8")
-    return text
+    head = [f"# Datasheet: {name}", ""] + _section("Contents", {**counts, "SHA-256": f"`{sha256}`"})
+    return _document("a datasheet", REQUIRED_DATASHEET, head, sections, path)
