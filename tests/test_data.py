@@ -215,3 +215,30 @@ def test_the_sms_spam_entry_is_the_published_file():
     assert data.SMS_SPAM.url.startswith("https://archive.ics.uci.edu/")
     assert data.SMS_SPAM.sha256 == "1587ea43e58e82b14ff1f5425c88e17f8496bfcdb67a583dbff9eefaf9963ce3"
     assert data.SMS_SPAM_MEMBER_SHA256 == "7d039a24a6083ed9ef0f806ebad56bbb976e3aeb8de05669173bfdc4996c239d"
+
+
+def test_the_books_instructions_download_checks_and_split(server, tmp_path):
+    import json
+
+    served, url = server
+    entries = [
+        {"instruction": "Give a synonym of 'fast'.", "input": "", "output": "Quick."},
+        {"instruction": "Translate to French.", "input": "Good morning", "output": "Bonjour."},
+        {"instruction": "Name a prime number.", "input": "", "output": "7."},
+    ]
+    payload = json.dumps(entries).encode()
+    (served / "instructions.json").write_bytes(payload)
+    source = data.RemoteCorpus(f"{url}/instructions.json", hashlib.sha256(payload).hexdigest(), "i.json", "test")
+    book = data.book_instructions(tmp_path / "cache", source)
+    assert sorted(map(str, book.train + book.val + book.test)) == sorted(map(str, entries))
+    for split in ("train", "val", "test"):
+        assert all(data.split_of(e["instruction"] + e["input"]) == split for e in getattr(book, split))
+    wrong = data.RemoteCorpus(source.url, "0" * 64, "other.json", "test")
+    with pytest.raises(DatasetUnavailableError, match="expected 0{64}"):
+        data.book_instructions(tmp_path / "cache", wrong)
+    (served / "broken.json").write_bytes(b'[{"instruction": "x"}]')
+    broken = data.RemoteCorpus(
+        f"{url}/broken.json", hashlib.sha256(b'[{"instruction": "x"}]').hexdigest(), "b.json", "t"
+    )
+    with pytest.raises(DatasetUnavailableError, match="entry 0: expected the keys instruction, input and output"):
+        data.book_instructions(tmp_path / "cache", broken)
