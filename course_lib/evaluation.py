@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from .attention import KVCache
 from .data import DOCSTRING_AREAS, Instruction
 from .model import GPT
+from .pretrained import apply_chat_template
 
 NAME_FORM = re.compile(r"`[A-Za-z_][\w.]*(\(\))?`")
 
@@ -119,8 +120,6 @@ JUDGE_QUESTION = (
 def judge_preference(model: GPT, tokenizer, chat_template: str, question: str, first: str, second: str) -> float:
     """P(the judge prefers the *first* answer shown): the probability of "A" as the first token of
     its reply, renormalised over "A" and "B"."""
-    from .pretrained import apply_chat_template
-
     prompt = apply_chat_template(
         chat_template,
         [{"role": "user", "content": JUDGE_QUESTION.format(question=question, first=first, second=second)}],

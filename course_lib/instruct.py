@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 from .data import Instruction
 from .generation import generate
-from .model import GPT
-from .tokenization import ENDOFTEXT
+from .model import GPT, tie_weights
+from .tokenization import ENDOFTEXT, BPETokenizer
 from .training import FineTuneConfig, fine_tune
 
 IGNORE_INDEX = -100
@@ -180,26 +180,23 @@ def add_special_tokens(model: GPT, tokenizer, names: Sequence[str]):
     on the old tokens is unchanged, and the new token's logit starts at the average logit instead
     of an arbitrary one, so training begins from a sensible place (Hewitt, 2021).
     """
-    from .tokenization import BPETokenizer
-
     taken = [n for n in names if n in tokenizer.special_tokens]
     if taken:
         raise ValueError(f"the tokenizer already has the special tokens {taken}")
-    old = model.config.vocab_size
+    old, n = model.config.vocab_size, len(names)
     special = dict(tokenizer.special_tokens) | {name: old + k for k, name in enumerate(names)}
     grown_tokenizer = BPETokenizer(tokenizer.vocab, tokenizer.merges, special, tokenizer.pattern)
-    wte = model.transformer.wte.weight  # (V, C)
-    new_rows = wte.detach().mean(dim=0, keepdim=True).repeat(len(names), 1)  # (n, C)
+
+    def with_mean_rows(weight: torch.Tensor) -> torch.Tensor:
+        return torch.cat([weight, weight.mean(dim=0, keepdim=True).expand(n, -1)])  # (V + n, C)
+
     with torch.no_grad():
-        embedding = nn.Embedding(old + len(names), model.config.d_model).to(wte.device, wte.dtype)
-        embedding.weight.copy_(torch.cat([wte.detach(), new_rows]))
-        model.transformer.wte = embedding
-        if model.config.tie_weights:
-            model.lm_head = nn.Linear(model.config.d_model, old + len(names), bias=False).to(wte.device, wte.dtype)
-            model.lm_head.weight = model.transformer.wte.weight
-        else:
-            head = model.lm_head.weight.detach()
-            model.lm_head = nn.Linear(model.config.d_model, old + len(names), bias=False).to(wte.device, wte.dtype)
-            model.lm_head.weight.copy_(torch.cat([head, head.mean(dim=0, keepdim=True).repeat(len(names), 1)]))
-    model.config.vocab_size = old + len(names)
+        wte = model.transformer.wte.weight.detach()
+        model.transformer.wte = nn.Embedding.from_pretrained(with_mean_rows(wte), freeze=False)
+        head = nn.Linear(model.config.d_model, old + n, bias=False).to(wte.device, wte.dtype)
+        head.weight.copy_(with_mean_rows(model.lm_head.weight.detach()))
+        model.lm_head = head
+    model.config.vocab_size = old + n
+    if model.config.tie_weights:
+        tie_weights(model)
     return model, grown_tokenizer
