@@ -7,6 +7,11 @@ at the usual mistake.
 
 Each exercise's expected answers come from the tested course_lib implementation, so an
 exercise and the course can never disagree.
+
+The file reads in the order of the course: first the checker, then one block per exercise,
+grouped by notebook (00's exercises first). A block holds everything about one exercise:
+its reference solution (when course_lib has no function that is exactly the answer), then
+``@exercise(name, reference=..., hint=...)`` on the function that builds its cases.
 """
 
 from __future__ import annotations
@@ -44,6 +49,27 @@ class Exercise:
     reference: Callable
     cases: Callable[[], list[Case]]
     hint: str
+
+
+EXERCISES: dict[str, Exercise] = {}  # name -> Exercise, in the order the course uses them
+
+
+def exercise(
+    name: str, *, reference: Callable, hint: str
+) -> Callable[[Callable[[], list[Case]]], Callable[[], list[Case]]]:
+    """Register exercise ``name``; the decorated function returns its cases.
+
+    The cases are built afresh for every :func:`check`, so a student's function that
+    changes its inputs in place cannot spoil the next attempt.
+    """
+
+    def register(cases: Callable[[], list[Case]]) -> Callable[[], list[Case]]:
+        if name in EXERCISES:
+            raise ValueError(f"exercise {name!r} is defined twice")
+        EXERCISES[name] = Exercise(name=name, reference=reference, cases=cases, hint=hint)
+        return cases
+
+    return register
 
 
 @dataclass
@@ -100,10 +126,10 @@ def check(name: str, fn: Callable) -> CheckResult:
     """Run ``fn`` on every case of exercise ``name``; explain the first failure."""
     if name not in EXERCISES:
         raise KeyError(f"no exercise named {name!r}; known exercises: {', '.join(sorted(EXERCISES))}")
-    exercise = EXERCISES[name]
-    cases = exercise.cases()
+    ex = EXERCISES[name]
+    cases = ex.cases()
     for k, case in enumerate(cases, start=1):
-        expected = exercise.reference(*case.args)
+        expected = ex.reference(*case.args)
         args_text = ", ".join(_show(a, 120) for a in case.args)
         try:
             got = fn(*case.args)
@@ -116,15 +142,17 @@ def check(name: str, fn: Callable) -> CheckResult:
                 f"❌ {name}: case {k} of {len(cases)} failed"
                 + (f" ({case.note})" if case.note else "")
                 + f"\n  input:    {args_text}\n  expected: {_show(expected)}\n  got:      {got_text}"
-                + f"\n  hint:     {exercise.hint}"
+                + f"\n  hint:     {ex.hint}"
             )
             return CheckResult(name, False, message)
     return CheckResult(name, True, f"✅ {name}: all {len(cases)} cases passed")
 
 
-# --------------------------------------------------------------------------------------
-# Reference solutions that are not course_lib functions themselves
-# --------------------------------------------------------------------------------------
+def _seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# == 00 · Language models and PyTorch ======================================================
 
 
 def _bigram_counts(ids: list[int], vocab_size: int) -> torch.Tensor:
@@ -134,75 +162,12 @@ def _bigram_counts(ids: list[int], vocab_size: int) -> torch.Tensor:
     return counts
 
 
-def _logsumexp(x: torch.Tensor) -> torch.Tensor:
-    return torch.logsumexp(x, dim=-1)
-
-
-def _sliding_windows(ids: list[int], context_length: int, stride: int) -> tuple[torch.Tensor, torch.Tensor]:
-    dataset = SlidingWindowDataset(ids, context_length, stride)
-    inputs, targets = zip(*(dataset[i] for i in range(len(dataset))))
-    return torch.stack(inputs), torch.stack(targets)  # (N, T), (N, T)
-
-
-def _one_hot_embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return F.one_hot(ids, weight.shape[0]).to(weight.dtype) @ weight  # (..., V) @ (V, C) -> (..., C)
-
-
-def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits, targets)
-
-
-def _context_windows(idx: torch.Tensor, context: int, pad_id: int) -> torch.Tensor:
-    return F.pad(idx, (context - 1, 0), value=pad_id).unfold(1, context, 1)  # (B, T, c)
-
-
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return scaled_dot_product_attention(q, k, v)
-
-
-def _causal_softmax(scores: torch.Tensor) -> torch.Tensor:
-    T = scores.shape[-1]
-    return softmax(scores.masked_fill(~causal_mask(T), float("-inf")), dim=-1)
-
-
-def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    B, T, C = x.shape
-    return x.view(B, T, n_heads, C // n_heads).transpose(1, 2)  # (B, H, T, D)
-
-
-def _merge_heads(x: torch.Tensor) -> torch.Tensor:
-    B, H, T, D = x.shape
-    return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, C)
-
-
-def _layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
-    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
-
-
-def _gpt2_parameters(vocab_size: int, context_length: int, d_model: int, n_layers: int) -> int:
-    config = GPTConfig(
-        vocab_size=vocab_size, context_length=context_length, d_model=d_model, n_layers=n_layers, n_heads=1
-    )
-    return parameter_formula(config)["total"]
-
-
-def _lr_schedule(step: int, max_lr: float, min_lr: float, warmup_steps: int, total_steps: int) -> float:
-    config = TrainConfig(steps=total_steps, lr=max_lr, min_lr=min_lr, warmup_steps=warmup_steps)
-    return lr_at(step, config)
-
-
-def _clip_grad_norm(grads: list[torch.Tensor], max_norm: float) -> tuple[torch.Tensor, ...]:
-    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
-    for p, g in zip(params, grads):
-        p.grad = g.clone()
-    torch.nn.utils.clip_grad_norm_(params, max_norm)
-    return tuple(p.grad for p in params)
-
-
-def _seeded(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
+@exercise(
+    "bigram-counts",
+    reference=_bigram_counts,
+    hint="row index = the previous token, column index = the next one; count pairs "
+    "zip(ids, ids[1:]) and make the tensor (vocab_size, vocab_size) even for unseen ids",
+)
 def _bigram_cases() -> list[Case]:
     g = _seeded(0)
     return [
@@ -213,6 +178,12 @@ def _bigram_cases() -> list[Case]:
     ]
 
 
+@exercise(
+    "logsumexp",
+    reference=lambda x: torch.logsumexp(x, dim=-1),
+    hint="subtract the maximum m first: log(sum(exp(x))) = m + log(sum(exp(x - m))); "
+    "take max and sum over dim=-1 (keepdim where you subtract)",
+)
 def _logsumexp_cases() -> list[Case]:
     return [
         Case((torch.tensor([0.0, 0.0]),), "two zeros: log 2"),
@@ -223,6 +194,14 @@ def _logsumexp_cases() -> list[Case]:
     ]
 
 
+# == 01 · Tokenization =====================================================================
+
+
+@exercise(
+    "pair-counts",
+    reference=lambda ids: dict(get_pair_counts(ids)),
+    hint="every position i < len(ids) - 1 starts one pair (ids[i], ids[i + 1]); pairs overlap",
+)
 def _pair_cases() -> list[Case]:
     return [
         Case(([1, 2, 3, 1, 2],), "small sequence"),
@@ -232,6 +211,12 @@ def _pair_cases() -> list[Case]:
     ]
 
 
+@exercise(
+    "merge",
+    reference=merge_pair,
+    hint="scan left to right; after replacing a pair skip both of its tokens (i += 2), "
+    "so [6, 6, 6] with pair (6, 6) becomes [new_id, 6]",
+)
 def _merge_cases() -> list[Case]:
     return [
         Case(([5, 6, 6, 7, 6, 6], (6, 6), 99), "two occurrences"),
@@ -242,6 +227,21 @@ def _merge_cases() -> list[Case]:
     ]
 
 
+# == 02 · Embeddings and training data =====================================================
+
+
+def _sliding_windows(ids: list[int], context_length: int, stride: int) -> tuple[torch.Tensor, torch.Tensor]:
+    dataset = SlidingWindowDataset(ids, context_length, stride)
+    inputs, targets = zip(*(dataset[i] for i in range(len(dataset))))
+    return torch.stack(inputs), torch.stack(targets)  # (N, T), (N, T)
+
+
+@exercise(
+    "sliding-windows",
+    reference=_sliding_windows,
+    hint="window i starts at i * stride and needs context_length + 1 tokens; the target "
+    "is the input shifted one token to the right; N = (len(ids) - T - 1) // stride + 1",
+)
 def _window_cases() -> list[Case]:
     return [
         Case((list(range(10)), 4, 4), "stride equal to the context"),
@@ -251,6 +251,16 @@ def _window_cases() -> list[Case]:
     ]
 
 
+def _one_hot_embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return F.one_hot(ids, weight.shape[0]).to(weight.dtype) @ weight  # (..., V) @ (V, C) -> (..., C)
+
+
+@exercise(
+    "one-hot-embedding",
+    reference=_one_hot_embedding,
+    hint="F.one_hot(ids, num_classes=weight.shape[0]) is an integer tensor of shape "
+    "(..., V): convert it to weight's dtype, then multiply by weight (V, C)",
+)
 def _embedding_cases() -> list[Case]:
     g = _seeded(1)
     return [
@@ -259,6 +269,15 @@ def _embedding_cases() -> list[Case]:
     ]
 
 
+# == 03 · The MLP language model ===========================================================
+
+
+@exercise(
+    "cross-entropy",
+    reference=lambda logits, targets: F.cross_entropy(logits, targets),
+    hint="mean over the batch of logsumexp(logits[i]) - logits[i, targets[i]]; use "
+    "torch.logsumexp (or the max trick) so large logits do not overflow",
+)
 def _cross_entropy_cases() -> list[Case]:
     g = _seeded(2)
     return [
@@ -268,6 +287,16 @@ def _cross_entropy_cases() -> list[Case]:
     ]
 
 
+def _context_windows(idx: torch.Tensor, context: int, pad_id: int) -> torch.Tensor:
+    return F.pad(idx, (context - 1, 0), value=pad_id).unfold(1, context, 1)  # (B, T, c)
+
+
+@exercise(
+    "context-windows",
+    reference=_context_windows,
+    hint="left-pad each row with context - 1 copies of pad_id (F.pad(idx, (context - 1, 0), "
+    "value=pad_id)), then take every window of length context: .unfold(1, context, 1)",
+)
 def _context_window_cases() -> list[Case]:
     return [
         Case((torch.tensor([[1, 2, 3, 4]]), 2, 0), "context 2"),
@@ -277,6 +306,15 @@ def _context_window_cases() -> list[Case]:
     ]
 
 
+# == 04 · Self-attention ===================================================================
+
+
+@exercise(
+    "attention",
+    reference=lambda q, k, v: scaled_dot_product_attention(q, k, v),
+    hint="scores = q @ k.transpose(-2, -1) / sqrt(d) with d = q.shape[-1]; softmax over the "
+    "last dimension (the keys); then weights @ v",
+)
 def _attention_cases() -> list[Case]:
     g = _seeded(3)
     return [
@@ -292,6 +330,17 @@ def _attention_cases() -> list[Case]:
     ]
 
 
+def _causal_softmax(scores: torch.Tensor) -> torch.Tensor:
+    T = scores.shape[-1]
+    return softmax(scores.masked_fill(~causal_mask(T), float("-inf")), dim=-1)
+
+
+@exercise(
+    "causal-softmax",
+    reference=_causal_softmax,
+    hint="set the scores above the diagonal to -inf BEFORE the softmax "
+    "(torch.triu(..., diagonal=1) marks them), then softmax over the last dimension",
+)
 def _causal_softmax_cases() -> list[Case]:
     g = _seeded(4)
     return [
@@ -301,6 +350,20 @@ def _causal_softmax_cases() -> list[Case]:
     ]
 
 
+# == 05 · Causal masking and multi-head attention ==========================================
+
+
+def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    B, T, C = x.shape
+    return x.view(B, T, n_heads, C // n_heads).transpose(1, 2)  # (B, H, T, D)
+
+
+@exercise(
+    "split-heads",
+    reference=_split_heads,
+    hint="view (B, T, C) as (B, T, n_heads, C // n_heads), then swap dimensions 1 and 2 "
+    "so each head's (T, D) matrix is contiguous in the last two dimensions",
+)
 def _split_heads_cases() -> list[Case]:
     g = _seeded(5)
     return [
@@ -309,6 +372,17 @@ def _split_heads_cases() -> list[Case]:
     ]
 
 
+def _merge_heads(x: torch.Tensor) -> torch.Tensor:
+    B, H, T, D = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, C)
+
+
+@exercise(
+    "merge-heads",
+    reference=_merge_heads,
+    hint="undo split-heads: transpose(1, 2) back to (B, T, H, D), then reshape to (B, T, H * D); "
+    "a plain view of (B, H, T, D) mixes tokens of different heads",
+)
 def _merge_heads_cases() -> list[Case]:
     g = _seeded(6)
     return [
@@ -317,10 +391,25 @@ def _merge_heads_cases() -> list[Case]:
     ]
 
 
+# == 06 · Positional encodings =============================================================
+
+
+@exercise(
+    "sinusoidal-encoding",
+    reference=sinusoidal_encoding,
+    hint="angle = pos / 10000 ** (2i / d) for i = 0..d/2-1; even columns get sin(angle), "
+    "odd columns cos(angle) (fill them with pe[:, 0::2] and pe[:, 1::2])",
+)
 def _sinusoidal_cases() -> list[Case]:
     return [Case((4, 6), "T=4, d=6"), Case((50, 16), "T=50, d=16"), Case((1, 2), "one position, d=2")]
 
 
+@exercise(
+    "rope",
+    reference=rope_interleaved,
+    hint="pair dimensions (2i, 2i+1) and rotate each pair by angle = position * 10000 ** (-2i / d): "
+    "x'_2i = x_2i cos - x_2i+1 sin, x'_2i+1 = x_2i sin + x_2i+1 cos",
+)
 def _rope_cases() -> list[Case]:
     g = _seeded(7)
     return [
@@ -330,6 +419,15 @@ def _rope_cases() -> list[Case]:
     ]
 
 
+# == 07 · The transformer block and the GPT model ==========================================
+
+
+@exercise(
+    "layer-norm",
+    reference=lambda x, weight, bias, eps: F.layer_norm(x, x.shape[-1:], weight, bias, eps),
+    hint="normalise over the last dimension: (x - mean) / sqrt(var + eps) with the biased "
+    "variance (unbiased=False), then multiply by weight and add bias; eps goes inside the sqrt",
+)
 def _layer_norm_cases() -> list[Case]:
     g = _seeded(8)
     return [
@@ -346,6 +444,20 @@ def _layer_norm_cases() -> list[Case]:
     ]
 
 
+def _gpt2_parameters(vocab_size: int, context_length: int, d_model: int, n_layers: int) -> int:
+    config = GPTConfig(
+        vocab_size=vocab_size, context_length=context_length, d_model=d_model, n_layers=n_layers, n_heads=1
+    )
+    return parameter_formula(config)["total"]
+
+
+@exercise(
+    "gpt2-parameters",
+    reference=_gpt2_parameters,
+    hint="token embedding V*C + position embedding T*C + per layer (12*C*C + 13*C: QKV, output, "
+    "two FFN matrices with 4*C hidden, their biases, two LayerNorms) + final LayerNorm 2*C; "
+    "the LM head is tied to the token embedding, so it adds nothing",
+)
 def _gpt2_parameter_cases() -> list[Case]:
     return [
         Case((50257, 1024, 768, 12), "GPT-2 small"),
@@ -354,6 +466,21 @@ def _gpt2_parameter_cases() -> list[Case]:
     ]
 
 
+# == 08 · Pretraining ======================================================================
+
+
+def _lr_schedule(step: int, max_lr: float, min_lr: float, warmup_steps: int, total_steps: int) -> float:
+    config = TrainConfig(steps=total_steps, lr=max_lr, min_lr=min_lr, warmup_steps=warmup_steps)
+    return lr_at(step, config)
+
+
+@exercise(
+    "lr-schedule",
+    reference=_lr_schedule,
+    hint="steps 0..warmup-1 climb linearly to max_lr: max_lr * (step + 1) / warmup_steps; then "
+    "progress = (step - warmup) / (total - warmup) and lr = min_lr + (max_lr - min_lr) * "
+    "(1 + cos(pi * progress)) / 2",
+)
 def _lr_schedule_cases() -> list[Case]:
     return [
         Case((0, 1e-3, 1e-4, 10, 110), "the first warmup step: 1/10 of the peak"),
@@ -365,6 +492,20 @@ def _lr_schedule_cases() -> list[Case]:
     ]
 
 
+def _clip_grad_norm(grads: list[torch.Tensor], max_norm: float) -> tuple[torch.Tensor, ...]:
+    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    torch.nn.utils.clip_grad_norm_(params, max_norm)
+    return tuple(p.grad for p in params)
+
+
+@exercise(
+    "clip-grad-norm",
+    reference=_clip_grad_norm,
+    hint="one norm over ALL gradients: sqrt(sum of every squared entry); only if it exceeds "
+    "max_norm, multiply every gradient by max_norm / (norm + 1e-6)",
+)
 def _clip_cases() -> list[Case]:
     g = _seeded(10)
     return [
@@ -377,13 +518,23 @@ def _clip_cases() -> list[Case]:
     ]
 
 
-def _logit_cases() -> list[Case]:
+# == 09 · Generating text ==================================================================
+
+
+def _example_logits() -> tuple[torch.Tensor, torch.Tensor]:
+    """One readable row of 5 logits, and a batch of 3 random rows; shared by top-k and top-p."""
     g = _seeded(11)
-    return [torch.tensor([[2.0, -1.0, 0.5, 3.0, 1.0]]), torch.randn(3, 10, generator=g) * 2]
+    return torch.tensor([[2.0, -1.0, 0.5, 3.0, 1.0]]), torch.randn(3, 10, generator=g) * 2
 
 
+@exercise(
+    "top-k",
+    reference=lambda logits, k: filter_logits(logits, top_k=k),
+    hint="the k-th largest logit of each row is torch.topk(logits, k).values[:, -1:]; set every "
+    "logit strictly below it to -inf (not 0: softmax must give those tokens probability 0)",
+)
 def _top_k_cases() -> list[Case]:
-    small, batch = _logit_cases()
+    small, batch = _example_logits()
     return [
         Case((small, 2), "keep 2 of 5"),
         Case((small, 5), "k = V keeps everything"),
@@ -391,8 +542,15 @@ def _top_k_cases() -> list[Case]:
     ]
 
 
+@exercise(
+    "top-p",
+    reference=lambda logits, p: filter_logits(logits, top_p=p),
+    hint="sort each row's probabilities in decreasing order; keep a token while the probability "
+    "of the tokens BEFORE it is still below p (so the first always stays); -inf for the rest, "
+    "in the original order",
+)
 def _top_p_cases() -> list[Case]:
-    small, batch = _logit_cases()
+    small, batch = _example_logits()
     return [
         Case((small, 0.5), "p = 0.5"),
         Case((small, 0.9), "p = 0.9"),
@@ -401,14 +559,20 @@ def _top_p_cases() -> list[Case]:
     ]
 
 
+# == 10 · Fine-tuning for classification ===================================================
+
+
 def _last_token_pooling(features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    return features[torch.arange(features.shape[0]), lengths - 1]
+    return features[torch.arange(features.shape[0]), lengths - 1]  # (B, T, C) -> (B, C)
 
 
-def _lora_forward(x, weight, bias, lora_A, lora_B, alpha: float, r: int) -> torch.Tensor:
-    return x @ weight.T + bias + (alpha / r) * (x @ lora_A.T) @ lora_B.T
-
-
+@exercise(
+    "last-token-pooling",
+    reference=_last_token_pooling,
+    hint="row b's last real token sits at position lengths[b] - 1 (positions count from 0); pick it "
+    "for every row at once with features[torch.arange(B), lengths - 1]. Position -1 is padding "
+    "whenever the row was padded",
+)
 def _pooling_cases() -> list[Case]:
     g = _seeded(12)
     return [
@@ -418,6 +582,16 @@ def _pooling_cases() -> list[Case]:
     ]
 
 
+def _lora_forward(x, weight, bias, lora_A, lora_B, alpha: float, r: int) -> torch.Tensor:
+    return x @ weight.T + bias + (alpha / r) * (x @ lora_A.T) @ lora_B.T
+
+
+@exercise(
+    "lora-forward",
+    reference=_lora_forward,
+    hint="the frozen layer x @ weight.T + bias, plus the low-rank path (x @ lora_A.T) @ lora_B.T "
+    "scaled by alpha / r (not alpha, not r / alpha)",
+)
 def _lora_cases() -> list[Case]:
     g = _seeded(13)
     x, w, b = torch.randn(2, 3, 6, generator=g), torch.randn(5, 6, generator=g), torch.randn(5, generator=g)
@@ -429,10 +603,20 @@ def _lora_cases() -> list[Case]:
     ]
 
 
+# == 11 · Instruction fine-tuning ==========================================================
+
+
 def _instruct_collate(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     return collate([(seq, 0) for seq in sequences], pad_id)
 
 
+@exercise(
+    "instruct-collate",
+    reference=_instruct_collate,
+    hint="pad every row with pad_id to the longest length L, then inputs = rows[:, :-1] and targets = "
+    "rows[:, 1:]; in each target row keep the FIRST end-of-text (the model must learn to stop) and put -100 "
+    "on every padding position after it",
+)
 def _collate_cases() -> list[Case]:
     eot = 0
     return [
@@ -442,10 +626,12 @@ def _collate_cases() -> list[Case]:
     ]
 
 
-def _prompt_template(instruction: str, input_text: str) -> str:
-    return format_prompt({"instruction": instruction, "input": input_text}, "short")
-
-
+@exercise(
+    "prompt-template",
+    reference=lambda instruction, input_text: format_prompt({"instruction": instruction, "input": input_text}, "short"),
+    hint='"### Instruction:\\n{instruction}\\n\\n", then "### Input:\\n{input}\\n\\n" only when the '
+    'input is not empty, then "### Response:\\n"; strip the instruction and the input first',
+)
 def _template_cases() -> list[Case]:
     return [
         Case(("Name the area.", "Return the sine of x."), "an instruction with an input"),
@@ -454,6 +640,15 @@ def _template_cases() -> list[Case]:
     ]
 
 
+# == 12 · Prompting, inference-time compute, and limits ====================================
+
+
+@exercise(
+    "few-shot-prompt",
+    reference=lambda examples, query: few_shot_prompt(examples, query),
+    hint='each example is "Sentence: {text}\\nArea: {label}\\n\\n"; then "Sentence: {query}\\nArea:" with no '
+    "space or newline after the colon (the model writes the label); strip the query",
+)
 def _few_shot_cases() -> list[Case]:
     shots = [("Return the sine of x.", "numbers and maths"), ("Open a socket.", "networking")]
     return [
@@ -463,6 +658,12 @@ def _few_shot_cases() -> list[Case]:
     ]
 
 
+@exercise(
+    "majority-vote",
+    reference=majority_vote,
+    hint="count the answers that are not None (collections.Counter); among the most common, return the one "
+    "that appears first in the list; None when every answer is None",
+)
 def _vote_cases() -> list[Case]:
     return [
         Case(([71, 81, 81, 80, 81],), "a clear majority, not the first sample"),
@@ -470,196 +671,3 @@ def _vote_cases() -> list[Case]:
         Case(([9, 5, 6, 6, 5],), "a tie between 5 and 6: the one seen first wins"),
         Case(([None, None],), "nothing readable: None"),
     ]
-
-
-EXERCISES: dict[str, Exercise] = {
-    e.name: e
-    for e in [
-        Exercise(
-            name="bigram-counts",
-            reference=_bigram_counts,
-            cases=_bigram_cases,
-            hint="row index = the previous token, column index = the next one; count pairs "
-            "zip(ids, ids[1:]) and make the tensor (vocab_size, vocab_size) even for unseen ids",
-        ),
-        Exercise(
-            name="logsumexp",
-            reference=_logsumexp,
-            cases=_logsumexp_cases,
-            hint="subtract the maximum m first: log(sum(exp(x))) = m + log(sum(exp(x - m))); "
-            "take max and sum over dim=-1 (keepdim where you subtract)",
-        ),
-        Exercise(
-            name="pair-counts",
-            reference=lambda ids: dict(get_pair_counts(ids)),
-            cases=_pair_cases,
-            hint="every position i < len(ids) - 1 starts one pair (ids[i], ids[i + 1]); pairs overlap",
-        ),
-        Exercise(
-            name="merge",
-            reference=merge_pair,
-            cases=_merge_cases,
-            hint="scan left to right; after replacing a pair skip both of its tokens (i += 2), "
-            "so [6, 6, 6] with pair (6, 6) becomes [new_id, 6]",
-        ),
-        Exercise(
-            name="sliding-windows",
-            reference=_sliding_windows,
-            cases=_window_cases,
-            hint="window i starts at i * stride and needs context_length + 1 tokens; the target "
-            "is the input shifted one token to the right; N = (len(ids) - T - 1) // stride + 1",
-        ),
-        Exercise(
-            name="one-hot-embedding",
-            reference=_one_hot_embedding,
-            cases=_embedding_cases,
-            hint="F.one_hot(ids, num_classes=weight.shape[0]) is an integer tensor of shape "
-            "(..., V): convert it to weight's dtype, then multiply by weight (V, C)",
-        ),
-        Exercise(
-            name="cross-entropy",
-            reference=_cross_entropy,
-            cases=_cross_entropy_cases,
-            hint="mean over the batch of logsumexp(logits[i]) - logits[i, targets[i]]; use "
-            "torch.logsumexp (or the max trick) so large logits do not overflow",
-        ),
-        Exercise(
-            name="context-windows",
-            reference=_context_windows,
-            cases=_context_window_cases,
-            hint="left-pad each row with context - 1 copies of pad_id (F.pad(idx, (context - 1, 0), "
-            "value=pad_id)), then take every window of length context: .unfold(1, context, 1)",
-        ),
-        Exercise(
-            name="attention",
-            reference=_attention,
-            cases=_attention_cases,
-            hint="scores = q @ k.transpose(-2, -1) / sqrt(d) with d = q.shape[-1]; softmax over the "
-            "last dimension (the keys); then weights @ v",
-        ),
-        Exercise(
-            name="causal-softmax",
-            reference=_causal_softmax,
-            cases=_causal_softmax_cases,
-            hint="set the scores above the diagonal to -inf BEFORE the softmax "
-            "(torch.triu(..., diagonal=1) marks them), then softmax over the last dimension",
-        ),
-        Exercise(
-            name="split-heads",
-            reference=_split_heads,
-            cases=_split_heads_cases,
-            hint="view (B, T, C) as (B, T, n_heads, C // n_heads), then swap dimensions 1 and 2 "
-            "so each head's (T, D) matrix is contiguous in the last two dimensions",
-        ),
-        Exercise(
-            name="sinusoidal-encoding",
-            reference=sinusoidal_encoding,
-            cases=_sinusoidal_cases,
-            hint="angle = pos / 10000 ** (2i / d) for i = 0..d/2-1; even columns get sin(angle), "
-            "odd columns cos(angle) (fill them with pe[:, 0::2] and pe[:, 1::2])",
-        ),
-        Exercise(
-            name="rope",
-            reference=rope_interleaved,
-            cases=_rope_cases,
-            hint="pair dimensions (2i, 2i+1) and rotate each pair by angle = position * 10000 ** (-2i / d): "
-            "x'_2i = x_2i cos - x_2i+1 sin, x'_2i+1 = x_2i sin + x_2i+1 cos",
-        ),
-        Exercise(
-            name="layer-norm",
-            reference=_layer_norm,
-            cases=_layer_norm_cases,
-            hint="normalise over the last dimension: (x - mean) / sqrt(var + eps) with the biased "
-            "variance (unbiased=False), then multiply by weight and add bias; eps goes inside the sqrt",
-        ),
-        Exercise(
-            name="gpt2-parameters",
-            reference=_gpt2_parameters,
-            cases=_gpt2_parameter_cases,
-            hint="token embedding V*C + position embedding T*C + per layer (12*C*C + 13*C: QKV, output, "
-            "two FFN matrices with 4*C hidden, their biases, two LayerNorms) + final LayerNorm 2*C; "
-            "the LM head is tied to the token embedding, so it adds nothing",
-        ),
-        Exercise(
-            name="lr-schedule",
-            reference=_lr_schedule,
-            cases=_lr_schedule_cases,
-            hint="steps 0..warmup-1 climb linearly to max_lr: max_lr * (step + 1) / warmup_steps; then "
-            "progress = (step - warmup) / (total - warmup) and lr = min_lr + (max_lr - min_lr) * "
-            "(1 + cos(pi * progress)) / 2",
-        ),
-        Exercise(
-            name="clip-grad-norm",
-            reference=_clip_grad_norm,
-            cases=_clip_cases,
-            hint="one norm over ALL gradients: sqrt(sum of every squared entry); only if it exceeds "
-            "max_norm, multiply every gradient by max_norm / (norm + 1e-6)",
-        ),
-        Exercise(
-            name="top-k",
-            reference=lambda logits, k: filter_logits(logits, top_k=k),
-            cases=_top_k_cases,
-            hint="the k-th largest logit of each row is torch.topk(logits, k).values[:, -1:]; set every "
-            "logit strictly below it to -inf (not 0: softmax must give those tokens probability 0)",
-        ),
-        Exercise(
-            name="top-p",
-            reference=lambda logits, p: filter_logits(logits, top_p=p),
-            cases=_top_p_cases,
-            hint="sort each row's probabilities in decreasing order; keep a token while the probability "
-            "of the tokens BEFORE it is still below p (so the first always stays); -inf for the rest, "
-            "in the original order",
-        ),
-        Exercise(
-            name="last-token-pooling",
-            reference=_last_token_pooling,
-            cases=_pooling_cases,
-            hint="row b's last real token sits at position lengths[b] - 1 (positions count from 0); pick it "
-            "for every row at once with features[torch.arange(B), lengths - 1]. Position -1 is padding "
-            "whenever the row was padded",
-        ),
-        Exercise(
-            name="lora-forward",
-            reference=_lora_forward,
-            cases=_lora_cases,
-            hint="the frozen layer x @ weight.T + bias, plus the low-rank path (x @ lora_A.T) @ lora_B.T "
-            "scaled by alpha / r (not alpha, not r / alpha)",
-        ),
-        Exercise(
-            name="instruct-collate",
-            reference=_instruct_collate,
-            cases=_collate_cases,
-            hint="pad every row with pad_id to the longest length L, then inputs = rows[:, :-1] and targets = "
-            "rows[:, 1:]; in each target row keep the FIRST end-of-text (the model must learn to stop) and put -100 "
-            "on every padding position after it",
-        ),
-        Exercise(
-            name="prompt-template",
-            reference=_prompt_template,
-            cases=_template_cases,
-            hint='"### Instruction:\\n{instruction}\\n\\n", then "### Input:\\n{input}\\n\\n" only when the '
-            'input is not empty, then "### Response:\\n"; strip the instruction and the input first',
-        ),
-        Exercise(
-            name="few-shot-prompt",
-            reference=lambda examples, query: few_shot_prompt(examples, query),
-            cases=_few_shot_cases,
-            hint='each example is "Sentence: {text}\\nArea: {label}\\n\\n"; then "Sentence: {query}\\nArea:" with no '
-            "space or newline after the colon (the model writes the label); strip the query",
-        ),
-        Exercise(
-            name="majority-vote",
-            reference=majority_vote,
-            cases=_vote_cases,
-            hint="count the answers that are not None (collections.Counter); among the most common, return the one "
-            "that appears first in the list; None when every answer is None",
-        ),
-        Exercise(
-            name="merge-heads",
-            reference=_merge_heads,
-            cases=_merge_heads_cases,
-            hint="undo split-heads: transpose(1, 2) back to (B, T, H, D), then reshape to (B, T, H * D); "
-            "a plain view of (B, H, T, D) mixes tokens of different heads",
-        ),
-    ]
-}

@@ -1,14 +1,27 @@
-"""Every checker accepts the reference solution and rejects the usual mistakes."""
+"""Every checker accepts the reference solution and rejects the usual mistakes.
 
+One block per exercise, in the order of the course (as in course_lib/exercises.py): a correct
+solution written the way a student would, then the typical mistakes the checker must reject.
+"""
+
+import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.exercises import EXERCISES, check
+from course_lib.exercises import EXERCISES, Case, check, exercise
 
-# -- correct solutions, written the way a student would -------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+
+SOLUTIONS = {}  # exercise name -> a correct solution
+MISTAKES = {}  # exercise name -> wrong solutions, each with the mistake it makes
+
+
+# == 00 · Language models and PyTorch ======================================================
 
 
 def bigram_counts(ids, vocab_size):
@@ -18,9 +31,28 @@ def bigram_counts(ids, vocab_size):
     return counts
 
 
+SOLUTIONS["bigram-counts"] = bigram_counts
+MISTAKES["bigram-counts"] = [
+    lambda ids, v: bigram_counts(ids, v).T,  # rows and columns swapped
+    lambda ids, v: bigram_counts(ids, max(ids) + 1),  # vocabulary from the data
+    lambda ids, v: bigram_counts(ids[:-1], v),  # drops the last pair
+]
+
+
 def logsumexp(x):
     m = x.max(dim=-1, keepdim=True).values
     return (m + (x - m).exp().sum(dim=-1, keepdim=True).log()).squeeze(-1)
+
+
+SOLUTIONS["logsumexp"] = logsumexp
+MISTAKES["logsumexp"] = [
+    lambda x: x.exp().sum(dim=-1).log(),  # overflows to inf
+    lambda x: x.max(dim=-1).values,  # the max alone
+    lambda x: (x.exp().sum(dim=-1) + 1e-9).log(),  # -inf for very negative x
+]
+
+
+# == 01 · Tokenization =====================================================================
 
 
 def pair_counts(ids):
@@ -28,6 +60,14 @@ def pair_counts(ids):
     for pair in zip(ids, ids[1:]):
         counts[pair] = counts.get(pair, 0) + 1
     return counts
+
+
+SOLUTIONS["pair-counts"] = pair_counts
+MISTAKES["pair-counts"] = [
+    lambda ids: pair_counts(ids[::2]),
+    lambda ids: {p: 1 for p in zip(ids, ids[1:])},  # presence, not counts
+    lambda ids: pair_counts(list(zip(ids[::2], ids[1::2]))),  # non-overlapping only
+]
 
 
 def merge(ids, pair, new_id):
@@ -42,6 +82,17 @@ def merge(ids, pair, new_id):
     return out
 
 
+SOLUTIONS["merge"] = merge
+MISTAKES["merge"] = [
+    lambda ids, pair, new: [new if i < len(ids) - 1 and (ids[i], ids[i + 1]) == pair else t for i, t in enumerate(ids)],
+    lambda ids, pair, new: [t for t in ids if t not in pair] + [new],
+    lambda ids, pair, new: list(ids),
+]
+
+
+# == 02 · Embeddings and training data =====================================================
+
+
 def sliding_windows(ids, context_length, stride):
     ids = torch.tensor(ids)
     starts = range(0, len(ids) - context_length, stride)
@@ -50,12 +101,39 @@ def sliding_windows(ids, context_length, stride):
     return x, y
 
 
+SOLUTIONS["sliding-windows"] = sliding_windows
+MISTAKES["sliding-windows"] = [
+    lambda ids, c, s: (sliding_windows(ids, c, s)[0], sliding_windows(ids, c, s)[0]),  # target not shifted
+    lambda ids, c, s: sliding_windows(ids, c, 1),  # ignores the stride
+    lambda ids, c, s: tuple(t[:-1] for t in sliding_windows(ids, c, s)),  # drops the last window
+]
+
+
 def one_hot_embedding(ids, weight):
     return F.one_hot(ids, weight.shape[0]).float() @ weight
 
 
+SOLUTIONS["one-hot-embedding"] = one_hot_embedding
+MISTAKES["one-hot-embedding"] = [
+    lambda ids, w: w[:, ids].T,  # picks columns instead of rows
+    lambda ids, w: w[: ids.numel()].reshape(*ids.shape, -1),  # rows in order, not by id
+    lambda ids, w: F.one_hot(ids, w.shape[0]).float(),  # forgot the matmul
+]
+
+
+# == 03 · The MLP language model ===========================================================
+
+
 def cross_entropy(logits, targets):
     return (torch.logsumexp(logits, dim=-1) - logits[torch.arange(len(targets)), targets]).mean()
+
+
+SOLUTIONS["cross-entropy"] = cross_entropy
+MISTAKES["cross-entropy"] = [
+    lambda z, y: -torch.softmax(z, -1)[torch.arange(len(y)), y].log().mean(),  # -inf for large logits
+    lambda z, y: (torch.logsumexp(z, -1) - z[torch.arange(len(y)), y]).sum(),  # sum, not mean
+    lambda z, y: (torch.logsumexp(z, -1) - z[:, 0]).mean(),  # wrong target column
+]
 
 
 def context_windows(idx, context, pad_id):
@@ -64,9 +142,28 @@ def context_windows(idx, context, pad_id):
     return torch.stack([padded[:, t : t + context] for t in range(T)], dim=1)
 
 
+SOLUTIONS["context-windows"] = context_windows
+MISTAKES["context-windows"] = [
+    lambda idx, c, p: context_windows(idx, c, 0),  # ignores pad_id
+    lambda idx, c, p: torch.cat([idx, torch.full((idx.shape[0], c - 1), p)], 1).unfold(1, c, 1),  # pads on the right
+    lambda idx, c, p: context_windows(idx, c, p).flip(-1),  # reversed order
+]
+
+
+# == 04 · Self-attention ===================================================================
+
+
 def attention(q, k, v):
     scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
     return torch.softmax(scores, dim=-1) @ v
+
+
+SOLUTIONS["attention"] = attention
+MISTAKES["attention"] = [
+    lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v,  # no scaling
+    lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -2) @ v,  # softmax over queries
+    lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], -1) @ v,  # divides by d, not sqrt(d)
+]
 
 
 def causal_softmax(scores):
@@ -75,14 +172,48 @@ def causal_softmax(scores):
     return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
 
 
+SOLUTIONS["causal-softmax"] = causal_softmax
+MISTAKES["causal-softmax"] = [
+    lambda s: torch.softmax(s, -1) * torch.tril(torch.ones(s.shape[-2:])),  # masks after softmax, no renormalisation
+    lambda s: torch.softmax(
+        s.masked_fill(torch.tril(torch.ones(s.shape[-2:], dtype=torch.bool)), float("-inf")), -1
+    ),  # wrong triangle
+    lambda s: torch.softmax(
+        s.masked_fill(torch.triu(torch.ones(s.shape[-2:], dtype=torch.bool), 1), 0.0), -1
+    ),  # fills 0, not -inf
+]
+
+
+# == 05 · Causal masking and multi-head attention ==========================================
+
+
 def split_heads(x, n_heads):
     B, T, C = x.shape
     return x.reshape(B, T, n_heads, C // n_heads).permute(0, 2, 1, 3)
 
 
+SOLUTIONS["split-heads"] = split_heads
+MISTAKES["split-heads"] = [
+    lambda x, h: x.view(x.shape[0], h, x.shape[1], -1),  # view without transpose
+    lambda x, h: x.view(x.shape[0], x.shape[1], h, -1),  # forgot the transpose
+    lambda x, h: x.view(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),  # heads interleaved
+]
+
+
 def merge_heads(x):
     B, H, T, D = x.shape
     return x.permute(0, 2, 1, 3).contiguous().view(B, T, H * D)
+
+
+SOLUTIONS["merge-heads"] = merge_heads
+MISTAKES["merge-heads"] = [
+    lambda x: x.reshape(x.shape[0], x.shape[2], -1),  # no transpose
+    lambda x: x.transpose(1, 2)[:, :, 0],  # keeps only the first head
+    lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1),  # channels interleaved
+]
+
+
+# == 06 · Positional encodings =============================================================
 
 
 def sinusoidal(T, d):
@@ -94,6 +225,16 @@ def sinusoidal(T, d):
     return pe
 
 
+SOLUTIONS["sinusoidal-encoding"] = sinusoidal
+MISTAKES["sinusoidal-encoding"] = [
+    lambda T, d: sinusoidal(T, d)[
+        :, torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
+    ],  # halves, not interleaved
+    lambda T, d: torch.stack([sinusoidal(T, d)[:, 1::2], sinusoidal(T, d)[:, 0::2]], -1).flatten(1),  # cos first
+    lambda T, d: sinusoidal(T + 1, d)[1:],  # positions start at 1
+]
+
+
 def rope(x, positions):
     d = x.shape[-1]
     theta = 10000 ** (-torch.arange(0, d, 2).float() / d)
@@ -103,14 +244,56 @@ def rope(x, positions):
     return out.flatten(-2)
 
 
+SOLUTIONS["rope"] = rope
+MISTAKES["rope"] = [
+    lambda x, p: rope(x, p + 1),  # off by one position
+    lambda x, p: rope(x, -p),  # rotates the wrong way (the sign slip)
+    lambda x, p: torch.stack(
+        [
+            x[..., 0::2] * (p[:, None] * 10000 ** (-torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])).cos(),
+            x[..., 1::2] * (p[:, None] * 10000 ** (-torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])).cos(),
+        ],
+        -1,
+    ).flatten(-2),  # scales, no rotation
+]
+
+
+# == 07 · The transformer block and the GPT model ==========================================
+
+
 def layer_norm(x, weight, bias, eps):
     mean = x.mean(-1, keepdim=True)
     var = ((x - mean) ** 2).mean(-1, keepdim=True)
     return (x - mean) / torch.sqrt(var + eps) * weight + bias
 
 
+SOLUTIONS["layer-norm"] = layer_norm
+MISTAKES["layer-norm"] = [
+    lambda x, w, b, eps: (
+        (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + eps) * w + b
+    ),  # unbiased variance
+    lambda x, w, b, eps: (
+        (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True, unbiased=False) + eps) * w + b
+    ),  # eps outside the sqrt
+    lambda x, w, b, eps: (
+        (x - x.mean(0, keepdim=True)) / torch.sqrt(x.var(0, keepdim=True, unbiased=False) + eps) * w + b
+    ),  # over the batch
+]
+
+
 def gpt2_parameters(V, T, C, L):
     return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+
+
+SOLUTIONS["gpt2-parameters"] = gpt2_parameters
+MISTAKES["gpt2-parameters"] = [
+    lambda V, T, C, L: gpt2_parameters(V, T, C, L) + V * C,  # counts the tied head twice
+    lambda V, T, C, L: gpt2_parameters(V, T, C, L) - T * C,  # forgets positions
+    lambda V, T, C, L: V * C + T * C + L * 12 * C * C,  # forgets biases and norms
+]
+
+
+# == 08 · Pretraining ======================================================================
 
 
 def lr_schedule(step, max_lr, min_lr, warmup, total):
@@ -120,15 +303,44 @@ def lr_schedule(step, max_lr, min_lr, warmup, total):
     return min_lr + (max_lr - min_lr) * (1 + math.cos(math.pi * progress)) / 2
 
 
+SOLUTIONS["lr-schedule"] = lr_schedule
+MISTAKES["lr-schedule"] = [
+    lambda s, hi, lo, w, t: hi * s / w if s < w else lr_schedule(s, hi, lo, w, t),  # warmup starts at 0
+    lambda s, hi, lo, w, t: lr_schedule(s, hi, 0.0, w, t),  # decays to 0, not min_lr
+    lambda s, hi, lo, w, t: (
+        lr_schedule(s, hi, lo, w, t) if s < w else lo + (hi - lo) * (1 + math.cos(math.pi * s / t)) / 2
+    ),  # cosine ignores warmup
+]
+
+
 def clip_grad_norm(grads, max_norm):
     norm = math.sqrt(sum(float((g**2).sum()) for g in grads))
     scale = max_norm / (norm + 1e-6) if norm > max_norm else 1.0
     return [g * scale for g in grads]
 
 
+SOLUTIONS["clip-grad-norm"] = clip_grad_norm
+MISTAKES["clip-grad-norm"] = [
+    lambda gs, m: [g * min(1.0, m / (float(g.norm()) + 1e-6)) for g in gs],  # each tensor on its own
+    lambda gs, m: [g * m / math.sqrt(sum(float((x**2).sum()) for x in gs)) for g in gs],  # always rescales
+    lambda gs, m: [g * min(1.0, m / sum(float(x.norm()) for x in gs)) for g in gs],  # sum of norms
+]
+
+
+# == 09 · Generating text ==================================================================
+
+
 def top_k(logits, k):
     kth = torch.topk(logits, k).values[:, -1:]
     return logits.masked_fill(logits < kth, float("-inf"))
+
+
+SOLUTIONS["top-k"] = top_k
+MISTAKES["top-k"] = [
+    lambda logits, k: logits.masked_fill(logits < torch.topk(logits, k).values[:, -1:], 0.0),  # 0, not -inf
+    lambda logits, k: logits.masked_fill(logits <= torch.topk(logits, k).values[:, -1:], float("-inf")),  # keeps k - 1
+    lambda logits, k: torch.topk(logits, k).values,  # returns the k values, positions lost
+]
 
 
 def top_p(logits, p):
@@ -155,13 +367,43 @@ def top_p_unsorted(logits, p):
     return logits.masked_fill(probs.cumsum(-1) - probs >= p, float("-inf"))
 
 
+SOLUTIONS["top-p"] = top_p
+MISTAKES["top-p"] = [
+    lambda logits, p: top_p_inclusive(logits, p),  # drops the token that crosses p
+    lambda logits, p: logits.masked_fill(torch.softmax(logits, -1) < 1 - p, float("-inf")),  # a threshold, not a set
+    lambda logits, p: top_p_unsorted(logits, p),  # accumulates in vocabulary order
+]
+
+
+# == 10 · Fine-tuning for classification ===================================================
+
+
 def last_token_pooling(features, lengths):
     return torch.stack([features[b, int(n) - 1] for b, n in enumerate(lengths)])
+
+
+SOLUTIONS["last-token-pooling"] = last_token_pooling
+MISTAKES["last-token-pooling"] = [
+    lambda features, lengths: features[:, -1],  # position -1: padding in padded rows
+    lambda features, lengths: features[torch.arange(len(lengths)), lengths.clamp(max=features.shape[1] - 1)],
+    lambda features, lengths: features.mean(dim=1),  # averages padding in
+]
 
 
 def lora_forward(x, weight, bias, lora_A, lora_B, alpha, r):
     delta = (alpha / r) * lora_B @ lora_A  # (out, in): the merged update
     return x @ (weight + delta).T + bias
+
+
+SOLUTIONS["lora-forward"] = lora_forward
+MISTAKES["lora-forward"] = [
+    lambda x, w, b, A, B, alpha, r: x @ w.T + b + alpha * (x @ A.T) @ B.T,  # forgets the 1 / r
+    lambda x, w, b, A, B, alpha, r: x @ w.T + b + (r / alpha) * (x @ A.T) @ B.T,  # upside down
+    lambda x, w, b, A, B, alpha, r: (alpha / r) * (x @ A.T) @ B.T,  # only the update, no frozen layer
+]
+
+
+# == 11 · Instruction fine-tuning ==========================================================
 
 
 def instruct_collate(sequences, pad_id):
@@ -171,13 +413,6 @@ def instruct_collate(sequences, pad_id):
     for k, s in enumerate(sequences):
         targets[k, len(s) - 1 :] = -100  # after the row's own end-of-text
     return rows[:, :-1], targets
-
-
-def prompt_template(instruction, input_text):
-    text = f"### Instruction:\n{instruction.strip()}\n\n"
-    if input_text.strip():
-        text += f"### Input:\n{input_text.strip()}\n\n"
-    return text + "### Response:\n"
 
 
 def collate_all_padding_ignored(sequences, pad_id):
@@ -191,9 +426,43 @@ def collate_padding_kept(sequences, pad_id):
     return rows[:, :-1], rows[:, 1:]  # padding stays a target
 
 
+SOLUTIONS["instruct-collate"] = instruct_collate
+MISTAKES["instruct-collate"] = [
+    collate_all_padding_ignored,
+    collate_padding_kept,
+    lambda seqs, pad: (lambda i, t: (i, i))(*instruct_collate(seqs, pad)),  # targets not shifted
+]
+
+
+def prompt_template(instruction, input_text):
+    text = f"### Instruction:\n{instruction.strip()}\n\n"
+    if input_text.strip():
+        text += f"### Input:\n{input_text.strip()}\n\n"
+    return text + "### Response:\n"
+
+
+SOLUTIONS["prompt-template"] = prompt_template
+MISTAKES["prompt-template"] = [
+    lambda ins, inp: f"### Instruction:\n{ins.strip()}\n\n### Input:\n{inp.strip()}\n\n### Response:\n",  # always
+    lambda ins, inp: prompt_template(ins, inp).removesuffix("\n"),  # the answer would start on the same line
+    lambda ins, inp: f"### Instruction:\n{ins}\n\n" + (f"### Input:\n{inp}\n\n" if inp else "") + "### Response:\n",
+]
+
+
+# == 12 · Prompting, inference-time compute, and limits ====================================
+
+
 def few_shot(examples, query):
     text = "".join(f"Sentence: {x}\nArea: {y}\n\n" for x, y in examples)
     return text + f"Sentence: {query.strip()}\nArea:"
+
+
+SOLUTIONS["few-shot-prompt"] = few_shot
+MISTAKES["few-shot-prompt"] = [
+    lambda ex, q: few_shot(ex, q) + " ",  # a space after "Area:": the label's own space is doubled
+    lambda ex, q: "\n".join(f"Sentence: {x}\nArea: {y}" for x, y in ex) + f"Sentence: {q.strip()}\nArea:",
+    lambda ex, q: few_shot(ex, q).replace(f"Sentence: {q.strip()}", f"Sentence: {q}"),  # query not stripped
+]
 
 
 def vote(answers):
@@ -203,202 +472,15 @@ def vote(answers):
     return max(readable, key=lambda a: (readable.count(a), -readable.index(a)))
 
 
-SOLUTIONS = {
-    "bigram-counts": bigram_counts,
-    "logsumexp": logsumexp,
-    "pair-counts": pair_counts,
-    "merge": merge,
-    "sliding-windows": sliding_windows,
-    "one-hot-embedding": one_hot_embedding,
-    "cross-entropy": cross_entropy,
-    "context-windows": context_windows,
-    "attention": attention,
-    "causal-softmax": causal_softmax,
-    "split-heads": split_heads,
-    "merge-heads": merge_heads,
-    "sinusoidal-encoding": sinusoidal,
-    "rope": rope,
-    "layer-norm": layer_norm,
-    "gpt2-parameters": gpt2_parameters,
-    "lr-schedule": lr_schedule,
-    "clip-grad-norm": clip_grad_norm,
-    "top-k": top_k,
-    "top-p": top_p,
-    "last-token-pooling": last_token_pooling,
-    "lora-forward": lora_forward,
-    "instruct-collate": instruct_collate,
-    "prompt-template": prompt_template,
-    "few-shot-prompt": few_shot,
-    "majority-vote": vote,
-}
+SOLUTIONS["majority-vote"] = vote
+MISTAKES["majority-vote"] = [
+    lambda answers: answers[0],  # the first sample, no vote
+    lambda answers: max(set(answers), key=answers.count),  # None votes, ties arbitrary
+    lambda answers: max(reversed([a for a in answers if a is not None]), key=answers.count, default=None),  # last tie
+]
 
 
-# -- typical mistakes ---------------------------------------------------------------------------
-
-MISTAKES = {
-    "bigram-counts": [
-        lambda ids, v: bigram_counts(ids, v).T,  # rows and columns swapped
-        lambda ids, v: bigram_counts(ids, max(ids) + 1),  # vocabulary from the data
-        lambda ids, v: bigram_counts(ids[:-1], v),  # drops the last pair
-    ],
-    "logsumexp": [
-        lambda x: x.exp().sum(dim=-1).log(),  # overflows to inf
-        lambda x: x.max(dim=-1).values,  # the max alone
-        lambda x: (x.exp().sum(dim=-1) + 1e-9).log(),  # -inf for very negative x
-    ],
-    "pair-counts": [
-        lambda ids: pair_counts(ids[::2]),
-        lambda ids: {p: 1 for p in zip(ids, ids[1:])},  # presence, not counts
-        lambda ids: pair_counts(list(zip(ids[::2], ids[1::2]))),  # non-overlapping only
-    ],
-    "merge": [
-        lambda ids, pair, new: [
-            new if i < len(ids) - 1 and (ids[i], ids[i + 1]) == pair else t for i, t in enumerate(ids)
-        ],
-        lambda ids, pair, new: [t for t in ids if t not in pair] + [new],
-        lambda ids, pair, new: list(ids),
-    ],
-    "sliding-windows": [
-        lambda ids, c, s: (sliding_windows(ids, c, s)[0], sliding_windows(ids, c, s)[0]),  # target not shifted
-        lambda ids, c, s: sliding_windows(ids, c, 1),  # ignores the stride
-        lambda ids, c, s: tuple(t[:-1] for t in sliding_windows(ids, c, s)),  # drops the last window
-    ],
-    "one-hot-embedding": [
-        lambda ids, w: w[:, ids].T,  # picks columns instead of rows
-        lambda ids, w: w[: ids.numel()].reshape(*ids.shape, -1),  # rows in order, not by id
-        lambda ids, w: F.one_hot(ids, w.shape[0]).float(),  # forgot the matmul
-    ],
-    "cross-entropy": [
-        lambda z, y: -torch.softmax(z, -1)[torch.arange(len(y)), y].log().mean(),  # -inf for large logits
-        lambda z, y: (torch.logsumexp(z, -1) - z[torch.arange(len(y)), y]).sum(),  # sum, not mean
-        lambda z, y: (torch.logsumexp(z, -1) - z[:, 0]).mean(),  # wrong target column
-    ],
-    "context-windows": [
-        lambda idx, c, p: context_windows(idx, c, 0),  # ignores pad_id
-        lambda idx, c, p: torch.cat([idx, torch.full((idx.shape[0], c - 1), p)], 1).unfold(
-            1, c, 1
-        ),  # pads on the right
-        lambda idx, c, p: context_windows(idx, c, p).flip(-1),  # reversed order
-    ],
-    "attention": [
-        lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v,  # no scaling
-        lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -2) @ v,  # softmax over queries
-        lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], -1) @ v,  # divides by d, not sqrt(d)
-    ],
-    "causal-softmax": [
-        lambda s: (
-            torch.softmax(s, -1) * torch.tril(torch.ones(s.shape[-2:]))
-        ),  # masks after softmax, no renormalisation
-        lambda s: torch.softmax(
-            s.masked_fill(torch.tril(torch.ones(s.shape[-2:], dtype=torch.bool)), float("-inf")), -1
-        ),  # wrong triangle
-        lambda s: torch.softmax(
-            s.masked_fill(torch.triu(torch.ones(s.shape[-2:], dtype=torch.bool), 1), 0.0), -1
-        ),  # fills 0, not -inf
-    ],
-    "split-heads": [
-        lambda x, h: x.view(x.shape[0], h, x.shape[1], -1),  # view without transpose
-        lambda x, h: x.view(x.shape[0], x.shape[1], h, -1),  # forgot the transpose
-        lambda x, h: x.view(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),  # heads interleaved
-    ],
-    "sinusoidal-encoding": [
-        lambda T, d: sinusoidal(T, d)[
-            :, torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
-        ],  # halves, not interleaved
-        lambda T, d: torch.stack([sinusoidal(T, d)[:, 1::2], sinusoidal(T, d)[:, 0::2]], -1).flatten(1),  # cos first
-        lambda T, d: sinusoidal(T + 1, d)[1:],  # positions start at 1
-    ],
-    "rope": [
-        lambda x, p: rope(x, p + 1),  # off by one position
-        lambda x, p: rope(x, -p),  # rotates the wrong way (the sign slip)
-        lambda x, p: torch.stack(
-            [
-                x[..., 0::2] * (p[:, None] * 10000 ** (-torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])).cos(),
-                x[..., 1::2] * (p[:, None] * 10000 ** (-torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])).cos(),
-            ],
-            -1,
-        ).flatten(-2),  # scales, no rotation
-    ],
-    "layer-norm": [
-        lambda x, w, b, eps: (
-            (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + eps) * w + b
-        ),  # unbiased variance
-        lambda x, w, b, eps: (
-            (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True, unbiased=False) + eps) * w + b
-        ),  # eps outside the sqrt
-        lambda x, w, b, eps: (
-            (x - x.mean(0, keepdim=True)) / torch.sqrt(x.var(0, keepdim=True, unbiased=False) + eps) * w + b
-        ),  # over the batch
-    ],
-    "gpt2-parameters": [
-        lambda V, T, C, L: gpt2_parameters(V, T, C, L) + V * C,  # counts the tied head twice
-        lambda V, T, C, L: gpt2_parameters(V, T, C, L) - T * C,  # forgets positions
-        lambda V, T, C, L: V * C + T * C + L * 12 * C * C,  # forgets biases and norms
-    ],
-    "lr-schedule": [
-        lambda s, hi, lo, w, t: hi * s / w if s < w else lr_schedule(s, hi, lo, w, t),  # warmup starts at 0
-        lambda s, hi, lo, w, t: lr_schedule(s, hi, 0.0, w, t),  # decays to 0, not min_lr
-        lambda s, hi, lo, w, t: (
-            lr_schedule(s, hi, lo, w, t) if s < w else lo + (hi - lo) * (1 + math.cos(math.pi * s / t)) / 2
-        ),  # cosine ignores warmup
-    ],
-    "clip-grad-norm": [
-        lambda gs, m: [g * min(1.0, m / (float(g.norm()) + 1e-6)) for g in gs],  # each tensor on its own
-        lambda gs, m: [g * m / math.sqrt(sum(float((x**2).sum()) for x in gs)) for g in gs],  # always rescales
-        lambda gs, m: [g * min(1.0, m / sum(float(x.norm()) for x in gs)) for g in gs],  # sum of norms
-    ],
-    "top-k": [
-        lambda logits, k: logits.masked_fill(logits < torch.topk(logits, k).values[:, -1:], 0.0),  # 0, not -inf
-        lambda logits, k: logits.masked_fill(
-            logits <= torch.topk(logits, k).values[:, -1:], float("-inf")
-        ),  # keeps k - 1
-        lambda logits, k: torch.topk(logits, k).values,  # returns the k values, positions lost
-    ],
-    "last-token-pooling": [
-        lambda features, lengths: features[:, -1],  # position -1: padding in padded rows
-        lambda features, lengths: features[torch.arange(len(lengths)), lengths.clamp(max=features.shape[1] - 1)],
-        lambda features, lengths: features.mean(dim=1),  # averages padding in
-    ],
-    "lora-forward": [
-        lambda x, w, b, A, B, alpha, r: x @ w.T + b + alpha * (x @ A.T) @ B.T,  # forgets the 1 / r
-        lambda x, w, b, A, B, alpha, r: x @ w.T + b + (r / alpha) * (x @ A.T) @ B.T,  # upside down
-        lambda x, w, b, A, B, alpha, r: (alpha / r) * (x @ A.T) @ B.T,  # only the update, no frozen layer
-    ],
-    "top-p": [
-        lambda logits, p: top_p_inclusive(logits, p),  # drops the token that crosses p
-        lambda logits, p: logits.masked_fill(
-            torch.softmax(logits, -1) < 1 - p, float("-inf")
-        ),  # a threshold, not a set
-        lambda logits, p: top_p_unsorted(logits, p),  # accumulates in vocabulary order
-    ],
-    "instruct-collate": [
-        collate_all_padding_ignored,
-        collate_padding_kept,
-        lambda seqs, pad: (lambda i, t: (i, i))(*instruct_collate(seqs, pad)),  # targets not shifted
-    ],
-    "prompt-template": [
-        lambda ins, inp: f"### Instruction:\n{ins.strip()}\n\n### Input:\n{inp.strip()}\n\n### Response:\n",  # always
-        lambda ins, inp: prompt_template(ins, inp).removesuffix("\n"),  # the answer would start on the same line
-        lambda ins, inp: f"### Instruction:\n{ins}\n\n" + (f"### Input:\n{inp}\n\n" if inp else "") + "### Response:\n",
-    ],
-    "few-shot-prompt": [
-        lambda ex, q: few_shot(ex, q) + " ",  # a space after "Area:": the label's own space is doubled
-        lambda ex, q: "\n".join(f"Sentence: {x}\nArea: {y}" for x, y in ex) + f"Sentence: {q.strip()}\nArea:",
-        lambda ex, q: few_shot(ex, q).replace(f"Sentence: {q.strip()}", f"Sentence: {q}"),  # query not stripped
-    ],
-    "majority-vote": [
-        lambda answers: answers[0],  # the first sample, no vote
-        lambda answers: max(set(answers), key=answers.count),  # None votes, ties arbitrary
-        lambda answers: max(
-            reversed([a for a in answers if a is not None]), key=answers.count, default=None
-        ),  # last tie
-    ],
-    "merge-heads": [
-        lambda x: x.reshape(x.shape[0], x.shape[2], -1),  # no transpose
-        lambda x: x.transpose(1, 2)[:, :, 0],  # keeps only the first head
-        lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1),  # channels interleaved
-    ],
-}
+# == the checks ============================================================================
 
 
 def test_every_exercise_has_a_solution_and_mistakes():
@@ -433,3 +515,18 @@ def test_exceptions_in_student_code_are_explained():
 def test_unknown_exercise_lists_the_known_ones():
     with pytest.raises(KeyError, match="known exercises: attention, bigram-counts"):
         check("no-such-exercise", lambda: None)
+
+
+def test_exercises_are_defined_in_the_order_the_notebooks_use_them():
+    used = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] == "code":
+                used += re.findall(r'check\("([a-z0-9-]+)"', "".join(cell["source"]))
+    assert list(dict.fromkeys(used)) == list(EXERCISES)
+
+
+def test_an_exercise_name_is_defined_once():
+    with pytest.raises(ValueError, match="'merge' is defined twice"):
+        exercise("merge", reference=list, hint="")(lambda: [Case(([1, 2],))])
+    assert EXERCISES["merge"].hint.startswith("scan left to right")
