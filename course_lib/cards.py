@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
+from .files import write_atomically
+
 GPT3_TRAINING_FLOPS = 3.14e23
 """GPT-3 175B's training compute as published (Brown et al., 2020, table D.1)."""
 
@@ -60,7 +62,7 @@ def _document(kind: str, required: Sequence[str], head: list[str], sections: Map
         lines += _section(title.capitalize(), body)
     text = "\n".join(lines).rstrip() + "\n"
     if path is not None:
-        Path(path).write_text(text, encoding="utf-8")
+        write_atomically(path, text)
     return text
 
 

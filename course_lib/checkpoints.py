@@ -1,4 +1,4 @@
-"""Every file course_lib writes, in one place, without pickle.
+"""The course's file formats: models and checkpoints, without pickle.
 
 Two kinds of file, both `safetensors <https://huggingface.co/docs/safetensors>`_: tensors
 in a flat layout plus a header of text metadata. Loading one never runs code, unlike
@@ -22,7 +22,6 @@ of another optimizer layout, each raise :class:`CheckpointError` saying which.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -30,8 +29,8 @@ from typing import BinaryIO
 import safetensors.torch
 import torch
 import torch.nn as nn
-from safetensors.torch import save_file
 
+from .files import atomic_write
 from .model import GPT, GPTConfig, load_weights, weight_tensors
 from .runtime import rng_state, set_rng_state
 
@@ -51,20 +50,14 @@ def _name(target: Target) -> str:
 
 
 def write_file(target: Target, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
-    """Write a safetensors file to a path (atomically) or to a binary file object."""
-    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
-    if not isinstance(target, (str, Path)):
-        target.write(safetensors.torch.save(tensors, metadata))
-        return
-    path = Path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        save_file(tensors, tmp, metadata)
-        os.replace(tmp, path)  # atomic: readers see the old file or the new one
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    """Write a safetensors file to a path (atomically, see :func:`files.atomic_write`) or to a
+    binary file object."""
+    data = safetensors.torch.save({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, metadata)
+    if isinstance(target, (str, Path)):
+        with atomic_write(target) as out:
+            out.write(data)
+    else:
+        target.write(data)
 
 
 def _read_bytes(source: Target) -> bytes:

@@ -15,15 +15,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .finetuning import FineTuneConfig, fine_tune
 from .model import GPT, count_trainable
+from .runtime import evaluating, model_device
 from .tokenization import ENDOFTEXT
-from .training import FineTuneConfig, fine_tune
+from .training import History
 
 Example = tuple[str, int]
 FREEZING = ("head", "last_block", "all")
@@ -154,15 +155,13 @@ def evaluate(
     model: GPTClassifier, encoded: Sequence[tuple[list[int], int]], pad_id: int, batch_size: int = 64
 ) -> tuple[float, float, torch.Tensor]:
     """(mean loss, accuracy, predictions) over ``encoded``, in eval mode."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    device = model_device(model)
     total, predictions = 0.0, []
-    for ids, lengths, labels in batches(encoded, batch_size, pad_id, model.context_length):
-        logits = model(ids.to(device), lengths)  # (B, n_classes)
-        total += F.cross_entropy(logits.float(), labels.to(device), reduction="sum").item()
-        predictions.append(logits.argmax(-1).cpu())
-    model.train(was_training)
+    with evaluating(model):
+        for ids, lengths, labels in batches(encoded, batch_size, pad_id, model.context_length):
+            logits = model(ids.to(device), lengths)  # (B, n_classes)
+            total += F.cross_entropy(logits.float(), labels.to(device), reduction="sum").item()
+            predictions.append(logits.argmax(-1).cpu())
     predictions = torch.cat(predictions)
     labels = torch.tensor([label for _, label in encoded])
     return total / len(encoded), (predictions == labels).float().mean().item(), predictions
@@ -182,27 +181,14 @@ def confusion_matrix(predictions: Sequence[int], labels: Sequence[int], n_classe
     return matrix
 
 
-ClassifierConfig = FineTuneConfig  # chapter 10's name for the fine-tuning settings
-
-
-@dataclass
-class ClassifierHistory:
-    steps: list[int] = field(default_factory=list)
-    train_loss: list[float] = field(default_factory=list)
-    train_accuracy: list[float] = field(default_factory=list)
-    val_loss: list[float] = field(default_factory=list)
-    val_accuracy: list[float] = field(default_factory=list)
-    seconds: float = 0.0
-
-
 def train_classifier(
     model: GPTClassifier,
     train: Sequence[tuple[list[int], int]],
     val: Sequence[tuple[list[int], int]],
     pad_id: int,
-    config: ClassifierConfig,
+    config: FineTuneConfig,
     progress: bool | None = None,
-) -> ClassifierHistory:
+) -> History:
     """Fine-tune the trainable parameters of ``model`` on encoded examples (see
     :func:`encode_examples`); returns the history of loss and accuracy.
 
@@ -212,9 +198,9 @@ def train_classifier(
     """
     if not train or not val:
         raise ValueError("train_classifier needs training and validation examples")
-    device = next(model.parameters()).device
+    device = model_device(model)
     train_probe = list(train[:: max(1, len(train) // len(val))])[: len(val)]
-    history = ClassifierHistory()
+    history = History()
 
     def batch_loss(chosen: Sequence[int]) -> torch.Tensor:
         ids, lengths, labels = next(batches(train, len(chosen), pad_id, model.context_length, chosen))

@@ -21,9 +21,10 @@ import torch
 import torch.nn.functional as F
 
 from .attention import KVCache
-from .data import DOCSTRING_AREAS, Instruction
 from .model import GPT
 from .pretrained import apply_chat_template
+from .runtime import evaluating, model_device
+from .tasks import DOCSTRING_AREAS, Instruction
 
 NAME_FORM = re.compile(r"`[A-Za-z_][\w.]*(\(\))?`")
 
@@ -74,10 +75,8 @@ def option_scores(
     ids = torch.zeros(len(rows), T, dtype=torch.long)  # (N, T), padded on the right (never read)
     for k, row in enumerate(rows):
         ids[k, : len(row)] = torch.tensor(row)
-    was_training = model.training
-    model.eval()
-    logprobs = F.log_softmax(model(ids.to(next(model.parameters()).device)).float(), dim=-1).cpu()  # (N, T, V)
-    model.train(was_training)
+    with evaluating(model):
+        logprobs = F.log_softmax(model(ids.to(model_device(model))).float(), dim=-1).cpu()  # (N, T, V)
     scores = []
     start = len(prompt_ids)
     for k, option in enumerate(options):
@@ -92,7 +91,7 @@ def _option_scores_after_cache(
 ) -> list[float]:
     if not prompt_ids:
         raise ValueError("with a cache, prompt_ids must hold at least the token the first option follows")
-    device = next(model.parameters()).device
+    device = model_device(model)
     start = cache.length
     first = F.log_softmax(model(torch.tensor([list(prompt_ids)], device=device), cache=cache)[0, -1].float(), dim=-1)
     after_prompt = cache.length
@@ -125,7 +124,7 @@ def judge_preference(model: GPT, tokenizer, chat_template: str, question: str, f
         [{"role": "user", "content": JUDGE_QUESTION.format(question=question, first=first, second=second)}],
     )
     ids = torch.tensor([tokenizer.encode(prompt, allowed_special="all")])
-    logits = model(ids.to(next(model.parameters()).device))[0, -1].float()  # (V,)
+    logits = model(ids.to(model_device(model)))[0, -1].float()  # (V,)
     a, b = tokenizer.encode("A"), tokenizer.encode("B")
     if len(a) != 1 or len(b) != 1:
         raise ValueError("the judge's tokenizer must encode 'A' and 'B' as single tokens")

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from .model import GPT
+from .runtime import evaluating, model_device
 
 
 def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
@@ -73,15 +74,9 @@ def next_token_probs(
     model: nn.Module, idx: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
 ) -> torch.Tensor:
     """(V,) probabilities of the token after the 1-D prompt ``idx``, as sampling would use them."""
-    was_training = model.training
-    model.eval()
-    logits = model(idx[None, -_context(model) :].to(_device(model)))[0, -1]  # (V,): the prediction after the last token
-    model.train(was_training)
+    with evaluating(model):
+        logits = model(idx[None, -_context(model) :].to(model_device(model)))[0, -1]  # (V,): after the last token
     return torch.softmax(filter_logits(logits[None] / temperature, top_k, top_p)[0], dim=-1)
-
-
-def _device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
 
 
 def _context(model: nn.Module) -> int:
@@ -123,11 +118,9 @@ def stream(
         raise ValueError(f"idx must be a (batch, tokens) tensor with at least one token, got shape {tuple(idx.shape)}")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be 0 or more, got {max_new_tokens}")
-    idx = idx.to(_device(model))  # the prompt follows the model (a list made on the CPU, a model on the GPU)
-    was_training = model.training
-    model.eval()
+    idx = idx.to(model_device(model))  # the prompt follows the model (a list made on the CPU, a model on the GPU)
     cache = model.new_cache(context_length) if use_cache else None
-    try:
+    with evaluating(model):
         window = idx[:, -context_length:]  # (B, T <= context)
         logits = model(window, cache=cache) if use_cache else model(window)  # (B, T, V)
         finished = torch.zeros(idx.shape[0], 1, dtype=torch.bool, device=idx.device)
@@ -147,44 +140,15 @@ def stream(
             else:  # the window slides: refill the cache from the last context_length tokens
                 cache.reset()
                 logits = model(idx[:, -context_length:], cache=cache)
-    finally:
-        model.train(was_training)
 
 
-def generate(
-    model: nn.Module,
-    idx: torch.Tensor,
-    max_new_tokens: int,
-    context_length: int | None = None,
-    temperature: float = 1.0,
-    greedy: bool = False,
-    generator: torch.Generator | None = None,
-    *,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    eos_id: int | None = None,
-    use_cache: bool | None = None,
-) -> torch.Tensor:
-    """``idx`` (B, T) extended by up to ``max_new_tokens`` tokens (fewer if all rows hit ``eos_id``).
-
-    Arguments as in :func:`stream`.
-    """
-    new = list(
-        stream(
-            model,
-            idx,
-            max_new_tokens,
-            context_length,
-            temperature,
-            greedy,
-            generator,
-            top_k=top_k,
-            top_p=top_p,
-            eos_id=eos_id,
-            use_cache=use_cache,
-        )
-    )
-    return torch.cat([idx.to(_device(model)), *new], dim=1)  # (B, T + new), on the model's device
+def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, *args, **options) -> torch.Tensor:
+    """``idx`` (B, T) extended by up to ``max_new_tokens`` tokens (fewer if all rows hit ``eos_id``),
+    on the model's device: :func:`stream`'s tokens collected. Arguments as in :func:`stream`
+    (``context_length``, ``temperature``, ``greedy``, ``generator``, ``top_k``, ``top_p``,
+    ``eos_id``, ``use_cache``)."""
+    new = list(stream(model, idx, max_new_tokens, *args, **options))
+    return torch.cat([idx.to(model_device(model)), *new], dim=1)  # (B, T + new)
 
 
 def stream_text(

@@ -17,17 +17,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .data import Instruction
+from .finetuning import FineTuneConfig, fine_tune
 from .generation import generate
 from .model import GPT, tie_weights
+from .runtime import evaluating, model_device
+from .tasks import Instruction
 from .tokenization import ENDOFTEXT, BPETokenizer
-from .training import FineTuneConfig, fine_tune
+from .training import History
 
 IGNORE_INDEX = -100
 """The target value ``F.cross_entropy`` skips (its default ``ignore_index``)."""
@@ -112,24 +113,15 @@ def instruction_loss(model: nn.Module, inputs: torch.Tensor, targets: torch.Tens
 def answer_loss(model: GPT, encoded: Sequence[tuple[list[int], int]], pad_id: int, batch_size: int = 32) -> float:
     """Mean loss over the answer tokens only (prompts masked), in eval mode: how well the model
     predicts the answers, whatever it learned of the prompts."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    device = model_device(model)
     total, count = 0.0, 0
-    for start in range(0, len(encoded), batch_size):
-        inputs, targets = collate(encoded[start : start + batch_size], pad_id, model.config.context_length, True)
-        n = int((targets != IGNORE_INDEX).sum())
-        total += instruction_loss(model, inputs.to(device), targets.to(device)).item() * n
-        count += n
-    model.train(was_training)
+    with evaluating(model):
+        for start in range(0, len(encoded), batch_size):
+            inputs, targets = collate(encoded[start : start + batch_size], pad_id, model.config.context_length, True)
+            n = int((targets != IGNORE_INDEX).sum())
+            total += instruction_loss(model, inputs.to(device), targets.to(device)).item() * n
+            count += n
     return total / count
-
-
-@dataclass
-class InstructionHistory:
-    steps: list[int] = field(default_factory=list)
-    val_loss: list[float] = field(default_factory=list)  # on the answers only
-    seconds: float = 0.0
 
 
 def train_instructions(
@@ -140,12 +132,13 @@ def train_instructions(
     config: FineTuneConfig,
     mask_instruction: bool = False,
     progress: bool | None = None,
-) -> InstructionHistory:
-    """Fine-tune ``model`` on encoded instructions; records the answer-only validation loss."""
+) -> History:
+    """Fine-tune ``model`` on encoded instructions; the history's ``val_loss`` is measured on the
+    validation answers only (see :func:`answer_loss`)."""
     if not train or not val:
         raise ValueError("train_instructions needs training and validation examples")
-    device = next(model.parameters()).device
-    history = InstructionHistory()
+    device = model_device(model)
+    history = History()
 
     def batch_loss(chosen: Sequence[int]) -> torch.Tensor:
         inputs, targets = collate([train[i] for i in chosen], pad_id, model.config.context_length, mask_instruction)

@@ -18,6 +18,7 @@ import torch
 
 from .generation import generate
 from .model import GPT
+from .runtime import evaluating, model_device
 
 
 @dataclass
@@ -51,12 +52,10 @@ def next_word_probabilities(model: GPT, tokenizer, prompts: Sequence[str], words
     ids = [tokenizer.encode(w) for w in words]
     if any(len(i) != 1 for i in ids):
         raise ValueError(f"each word must be a single token; {[w for w, i in zip(words, ids) if len(i) != 1]} are not")
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    device = model_device(model)
     rows = []
-    for prompt in prompts:
-        logits = model(torch.tensor([tokenizer.encode(prompt)], device=device))[0, -1].float()  # (V,)
-        rows.append(torch.softmax(logits, dim=-1)[[i[0] for i in ids]].cpu())
-    model.train(was_training)
+    with evaluating(model):
+        for prompt in prompts:
+            logits = model(torch.tensor([tokenizer.encode(prompt)], device=device))[0, -1].float()  # (V,)
+            rows.append(torch.softmax(logits, dim=-1)[[i[0] for i in ids]].cpu())
     return torch.stack(rows)

@@ -4,7 +4,8 @@ One :class:`GPTConfig` drives every variant the course compares: positional sche
 learned / sinusoidal / RoPE / ALiBi), normalisation (LayerNorm / RMSNorm), feed-forward (GELU
 MLP / SwiGLU), biases, weight tying, pre- or post-norm, dropout. ``GPTConfig.gpt2()`` is
 GPT-2: its parameter names and shapes map one-to-one onto Hugging Face's (Conv1D weights are
-stored transposed there), and :func:`load_gpt2_state_dict` fills the model from them.
+stored transposed there), and :func:`course_lib.pretrained.load_gpt2_state_dict` fills the
+model from them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -344,8 +344,6 @@ def gpt3_weight_table(
 # Loading real weights
 # --------------------------------------------------------------------------------------
 
-_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
-
 
 def weight_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     """The model's state dict with a shared tensor (a tied LM head) kept once, under its first name."""
@@ -360,7 +358,8 @@ def weight_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
 def load_weights(model: nn.Module, tensors: Mapping[str, torch.Tensor], source: str) -> None:
     """Copy ``tensors`` into ``model`` after checking that names and shapes match one to one.
 
-    The one place weights enter a model: GPT-2 and LLaMA state dicts, model files, checkpoints.
+    The one place weights enter a model: GPT-2, LLaMA and GGUF weights (see :mod:`pretrained`),
+    model files, checkpoints.
     """
     own = weight_tensors(model)
     missing = sorted(set(own) - set(tensors))
@@ -380,84 +379,3 @@ def load_weights(model: nn.Module, tensors: Mapping[str, torch.Tensor], source: 
     with torch.no_grad():
         for name, tensor in own.items():
             tensor.copy_(tensors[name])
-
-
-def load_gpt2_state_dict(model: GPT, state_dict: Mapping[str, torch.Tensor]) -> GPT:
-    """Fill a GPT-2-configured model from a Hugging Face GPT-2 state dict.
-
-    Accepts keys with or without the ``transformer.`` prefix (``GPT2LMHeadModel`` or the hub's
-    ``model.safetensors``). Conv1D weights are transposed; attention-mask buffers are skipped;
-    the LM head is tied to the embedding, so a stored ``lm_head.weight`` must equal it.
-    """
-    tensors = {}
-    for key, value in state_dict.items():
-        name = key.removeprefix("transformer.")
-        if name.endswith((".attn.bias", ".attn.masked_bias")):
-            continue  # causal-mask buffers of older checkpoints, not weights
-        if name == "lm_head.weight":
-            if not model.config.tie_weights:
-                tensors[name] = value
-            elif not torch.equal(value, state_dict.get("transformer.wte.weight", state_dict.get("wte.weight", value))):
-                raise ValueError("lm_head.weight differs from wte.weight, but this model ties them")
-            continue
-        tensors[f"transformer.{name}"] = value.t() if name.endswith(_CONV1D) else value
-    load_weights(model, tensors, "the GPT-2 state dict")
-    return model
-
-
-def load_llama_state_dict(model: GPT, state_dict: Mapping[str, torch.Tensor]) -> GPT:
-    """Fill a ``GPTConfig.llama_like`` model from a Hugging Face ``LlamaForCausalLM`` state dict.
-
-    Queries, keys and values are concatenated into ``c_attn`` (course_lib's RoPE uses LLaMA's
-    halves pairing, so no permutation is needed). Grouped-query checkpoints (fewer key/value
-    heads) need ``n_kv_heads`` set in the config; their keys and values are narrower.
-    """
-    renames = {
-        "input_layernorm.weight": "ln_1.weight",
-        "post_attention_layernorm.weight": "ln_2.weight",
-        "self_attn.o_proj.weight": "attn.c_proj.weight",
-        "mlp.gate_proj.weight": "mlp.gate_proj.weight",
-        "mlp.up_proj.weight": "mlp.up_proj.weight",
-        "mlp.down_proj.weight": "mlp.down_proj.weight",
-    }
-    tensors = {
-        "transformer.wte.weight": state_dict["model.embed_tokens.weight"],
-        "transformer.ln_f.weight": state_dict["model.norm.weight"],
-    }
-    if not model.config.tie_weights:
-        tensors["lm_head.weight"] = state_dict.get("lm_head.weight", state_dict["model.embed_tokens.weight"])
-    for i in range(model.config.n_layers):
-        prefix = f"model.layers.{i}."
-        q, k, v = (state_dict[f"{prefix}self_attn.{p}_proj.weight"] for p in "qkv")
-        tensors[f"transformer.h.{i}.attn.c_attn.weight"] = torch.cat([q, k, v])
-        for theirs, ours in renames.items():
-            tensors[f"transformer.h.{i}.{ours}"] = state_dict[prefix + theirs]
-    load_weights(model, tensors, "the LLaMA state dict")
-    return model
-
-
-def gpt2_from_pretrained(
-    name: str = "gpt2", path: str | Path | None = None, cache_dir: str | Path | None = None
-) -> GPT:
-    """GPT-2 with OpenAI's weights, from a local file or downloaded from the Hugging Face hub.
-
-    ``path`` may be a ``.safetensors`` file or a PyTorch ``.bin`` state dict (loaded with
-    ``weights_only=True``). Without it the hub's ``model.safetensors`` is downloaded into the
-    cache folder once; offline, a clear error says how to provide the file instead.
-    """
-    from safetensors.torch import load_file
-
-    from .data import default_cache_dir, download
-
-    config = GPTConfig.gpt2(name)
-    if path is None:
-        folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        url = f"https://huggingface.co/{'openai-community/' + name}/resolve/main/model.safetensors"
-        path = download(url, folder / f"{name}.safetensors", sha256=None)
-    path = Path(path)
-    state_dict = (
-        load_file(str(path))
-        if path.suffix == ".safetensors"
-        else torch.load(path, map_location="cpu", weights_only=True)
-    )
-    return load_gpt2_state_dict(GPT(config), state_dict)

@@ -1,5 +1,9 @@
-"""Pretrained models for the chapters after pretraining: the small GPT that ships with
-course_lib, and SmolLM2-135M-Instruct, a real small assistant, loaded offline into the same GPT.
+"""Weights trained elsewhere, loaded into the course's GPT: every foreign-weight loader is here.
+
+- ``load_pretrained()``: the small GPT that ships with course_lib (or any course model file);
+- ``load_gpt2_state_dict()`` / ``gpt2_from_pretrained()``: OpenAI's GPT-2 in Hugging Face's layout;
+- ``load_llama_state_dict()``: a Hugging Face LLaMA (RoPE, RMSNorm, SwiGLU, grouped-query attention);
+- ``load_smollm2()`` / ``read_gguf()``: SmolLM2-135M-Instruct from a llama.cpp GGUF file, offline.
 
 ``load_pretrained()`` returns the model, its BPE tokenizer and its notes (training config,
 results). It was trained by ``python -m course_lib.train`` on the offline corpus; the model
@@ -14,12 +18,15 @@ and keys reordered for course_lib's RoPE, the tokenizer rebuilt with course_lib'
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from .checkpoints import load_model
-from .model import GPT, GPTConfig, load_llama_state_dict
+from .files import cache_folder, download
+from .model import GPT, GPTConfig, load_weights
 from .tokenization import GPT2_SPLIT_PATTERN, SMOLLM_SPLIT_PATTERN, BPETokenizer, tokenizer_from_dict
 
 ASSETS = Path(__file__).parent / "assets"
@@ -33,6 +40,92 @@ def load_pretrained(path: str | Path = MODEL_PATH, device: torch.device | str = 
     command line / notebook 08. The model is in eval mode."""
     model, notes = load_model(path, device)
     return model, tokenizer_from_dict(notes["tokenizer"]), notes
+
+
+# --------------------------------------------------------------------------------------
+# Hugging Face state dicts: GPT-2 and LLaMA
+# --------------------------------------------------------------------------------------
+
+_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def load_gpt2_state_dict(model: GPT, state_dict: Mapping[str, torch.Tensor]) -> GPT:
+    """Fill a GPT-2-configured model from a Hugging Face GPT-2 state dict.
+
+    Accepts keys with or without the ``transformer.`` prefix (``GPT2LMHeadModel`` or the hub's
+    ``model.safetensors``). Conv1D weights are transposed; attention-mask buffers are skipped;
+    the LM head is tied to the embedding, so a stored ``lm_head.weight`` must equal it.
+    """
+    tensors = {}
+    for key, value in state_dict.items():
+        name = key.removeprefix("transformer.")
+        if name.endswith((".attn.bias", ".attn.masked_bias")):
+            continue  # causal-mask buffers of older checkpoints, not weights
+        if name == "lm_head.weight":
+            if not model.config.tie_weights:
+                tensors[name] = value
+            elif not torch.equal(value, state_dict.get("transformer.wte.weight", state_dict.get("wte.weight", value))):
+                raise ValueError("lm_head.weight differs from wte.weight, but this model ties them")
+            continue
+        tensors[f"transformer.{name}"] = value.t() if name.endswith(_CONV1D) else value
+    load_weights(model, tensors, "the GPT-2 state dict")
+    return model
+
+
+def load_llama_state_dict(model: GPT, state_dict: Mapping[str, torch.Tensor]) -> GPT:
+    """Fill a ``GPTConfig.llama_like`` model from a Hugging Face ``LlamaForCausalLM`` state dict.
+
+    Queries, keys and values are concatenated into ``c_attn``. course_lib's RoPE pairs dimension
+    i with i + D/2 (the "halves" layout of Hugging Face's LLaMA and GPT-NeoX), so Hugging Face
+    weights need no permutation; Meta's original checkpoints pair adjacent dimensions, which
+    Hugging Face's conversion script permutes into this layout. Grouped-query checkpoints (fewer key/value
+    heads) need ``n_kv_heads`` set in the config; their keys and values are narrower.
+    """
+    renames = {
+        "input_layernorm.weight": "ln_1.weight",
+        "post_attention_layernorm.weight": "ln_2.weight",
+        "self_attn.o_proj.weight": "attn.c_proj.weight",
+        "mlp.gate_proj.weight": "mlp.gate_proj.weight",
+        "mlp.up_proj.weight": "mlp.up_proj.weight",
+        "mlp.down_proj.weight": "mlp.down_proj.weight",
+    }
+    tensors = {
+        "transformer.wte.weight": state_dict["model.embed_tokens.weight"],
+        "transformer.ln_f.weight": state_dict["model.norm.weight"],
+    }
+    if not model.config.tie_weights:
+        tensors["lm_head.weight"] = state_dict.get("lm_head.weight", state_dict["model.embed_tokens.weight"])
+    for i in range(model.config.n_layers):
+        prefix = f"model.layers.{i}."
+        q, k, v = (state_dict[f"{prefix}self_attn.{p}_proj.weight"] for p in "qkv")
+        tensors[f"transformer.h.{i}.attn.c_attn.weight"] = torch.cat([q, k, v])
+        for theirs, ours in renames.items():
+            tensors[f"transformer.h.{i}.{ours}"] = state_dict[prefix + theirs]
+    load_weights(model, tensors, "the LLaMA state dict")
+    return model
+
+
+def gpt2_from_pretrained(
+    name: str = "gpt2", path: str | Path | None = None, cache_dir: str | Path | None = None
+) -> GPT:
+    """GPT-2 with OpenAI's weights, from a local file or downloaded from the Hugging Face hub.
+
+    ``path`` may be a ``.safetensors`` file or a PyTorch ``.bin`` state dict (loaded with
+    ``weights_only=True``). Without it the hub's ``model.safetensors`` is downloaded into the
+    cache folder once; offline, a clear error says how to provide the file instead.
+    """
+    config = GPTConfig.gpt2(name)
+    if path is None:
+        folder = cache_folder(cache_dir)
+        url = f"https://huggingface.co/{'openai-community/' + name}/resolve/main/model.safetensors"
+        path = download(url, folder / f"{name}.safetensors", sha256=None)
+    path = Path(path)
+    state_dict = (
+        load_file(str(path))
+        if path.suffix == ".safetensors"
+        else torch.load(path, map_location="cpu", weights_only=True)
+    )
+    return load_gpt2_state_dict(GPT(config), state_dict)
 
 
 # --------------------------------------------------------------------------------------

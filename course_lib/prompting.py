@@ -18,6 +18,7 @@ import torch
 
 from .evaluation import option_scores
 from .model import GPT
+from .runtime import evaluating, model_device
 
 
 def few_shot_prompt(
@@ -41,19 +42,18 @@ def classify_by_likelihood(
     """The index of the most likely label after ``prefix + query`` for each query. The prefix
     (instruction and examples, the same for every query) runs once into a KV cache; each query
     and each label then only adds its own tokens."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    device = model_device(model)
     prefix_ids = tokenizer.encode(prefix, allowed_special="all")
     cache = model.new_cache(min(model.config.context_length, len(prefix_ids) + 1024))  # not SmolLM2's 8,192
-    if prefix_ids:
-        model(torch.tensor([prefix_ids], device=device), cache=cache)
     options = [tokenizer.encode(" " + label.strip()) for label in labels]
     choices = []
-    for query in queries:
-        scores = option_scores(model, tokenizer.encode(query, allowed_special="all"), options, per_token, cache=cache)
-        choices.append(max(range(len(scores)), key=scores.__getitem__))
-    model.train(was_training)
+    with evaluating(model):
+        if prefix_ids:
+            model(torch.tensor([prefix_ids], device=device), cache=cache)
+        for query in queries:
+            query_ids = tokenizer.encode(query, allowed_special="all")
+            scores = option_scores(model, query_ids, options, per_token, cache=cache)
+            choices.append(max(range(len(scores)), key=scores.__getitem__))
     return choices
 
 

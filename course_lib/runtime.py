@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
+import torch.nn as nn
 
 BUDGET_ENV = "COURSE_BUDGET"
 """Environment variable choosing the training budget: ``full`` (default) or ``ci``."""
@@ -51,6 +54,23 @@ def get_device() -> torch.device:
             )
         return torch.device(forced)
     return torch.device(next(kind for kind in ("cuda", "mps", "cpu") if _available(kind)))
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Where a model's parameters live: its inputs must be built there (or moved there)."""
+    return next(model.parameters()).device
+
+
+@contextmanager
+def evaluating(model: nn.Module) -> Iterator[nn.Module]:
+    """Run a block with ``model`` in eval mode (no dropout), then restore the mode it was in,
+    also when the block raises."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 def native_bf16(device: torch.device) -> bool:

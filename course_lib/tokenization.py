@@ -26,6 +26,8 @@ from pathlib import Path
 
 import regex
 
+from .files import write_atomically
+
 # GPT-2's pre-split pattern, character for character as tiktoken writes it: contractions,
 # letters with an optional leading space, numbers, punctuation runs, and whitespace.
 GPT2_SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
@@ -596,7 +598,7 @@ class BPETokenizer:
 
     def save(self, path: str | Path) -> None:
         """Write the pattern, special tokens and merges in a small versioned text format."""
-        Path(path).write_text(self.dumps(), encoding="utf-8")
+        write_atomically(path, self.dumps())
 
     def dumps(self) -> str:
         """The text :meth:`save` writes (also stored inside model files)."""
@@ -668,8 +670,8 @@ class BPETokenizer:
         vocab = {show(token): i for i, token in sorted(self.vocab.items())} | self.special_tokens
         merges = [f"{show(self.vocab[a])} {show(self.vocab[b])}" for a, b in self.merges]
         vocab_path, merges_path = folder / "vocab.json", folder / "merges.txt"
-        vocab_path.write_text(json.dumps(vocab, ensure_ascii=False) + "\n", encoding="utf-8")
-        merges_path.write_text("#version: 0.2\n" + "".join(m + "\n" for m in merges), encoding="utf-8")
+        write_atomically(vocab_path, json.dumps(vocab, ensure_ascii=False) + "\n")
+        write_atomically(merges_path, "#version: 0.2\n" + "".join(m + "\n" for m in merges))
         return vocab_path, merges_path
 
     @classmethod

@@ -30,9 +30,10 @@ import torch.distributed as dist
 
 from .checkpoints import read_metadata, save_model, saved_config
 from .data import TOKENIZERS, Prepared, prepare_data
+from .files import write_atomically
 from .generation import generate
 from .model import GPT, GPTConfig
-from .runtime import get_device, seed_everything
+from .runtime import get_device, model_device, seed_everything
 from .tokenization import tokenizer_to_dict
 from .training import TrainConfig, Trainer, bits_per_token, estimate_loss, perplexity
 
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
                 settings=settings,
             )
             metrics = {**results, "settings": settings, "weight_digests": digests, "history": asdict(trainer.history)}
-            (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
+            write_atomically(out / "metrics.json", json.dumps(metrics, indent=1) + "\n")
             print(json.dumps(results), flush=True)
         return results
     finally:
@@ -201,7 +202,7 @@ def _sampler(data: Prepared, context_length: int):
     prompt = torch.tensor([tok.encode("The ")], dtype=torch.long)
 
     def sample(model: GPT) -> str:
-        out = generate(model, prompt.to(next(model.parameters()).device), 40, greedy=True, eos_id=data.eos_id)
+        out = generate(model, prompt.to(model_device(model)), 40, greedy=True, eos_id=data.eos_id)
         return tok.decode(out[0, prompt.shape[1] :].tolist())
 
     return sample

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from .checkpoints import CheckpointError, read_checkpoint, save_checkpoint
 from .data import SlidingWindowDataset
-from .runtime import native_bf16, show_progress
+from .runtime import evaluating, model_device, native_bf16, show_progress
 
 
 def lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -61,18 +61,17 @@ def estimate_loss(
     With ``max_batches`` only that many batches of windows are used, spread evenly over the
     whole of ``ids`` so the estimate does not depend on the start of the text alone.
     """
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    device = model_device(model)
     dataset = SlidingWindowDataset(ids, context_length, stride=context_length)
     n = len(dataset) if max_batches is None else min(len(dataset), max_batches * batch_size)
     chosen = torch.linspace(0, len(dataset) - 1, n).round().long().tolist()
     total, count = 0.0, 0
-    for start in range(0, n, batch_size):
-        x, y = (torch.stack(t).to(device) for t in zip(*(dataset[i] for i in chosen[start : start + batch_size])))
-        total += lm_loss(model, x, y).item() * x.numel()
-        count += x.numel()
-    model.train(was_training)
+    with evaluating(model):
+        for start in range(0, n, batch_size):
+            batch = zip(*(dataset[i] for i in chosen[start : start + batch_size]))
+            x, y = (torch.stack(t).to(device) for t in batch)  # (B, T), (B, T)
+            total += lm_loss(model, x, y).item() * x.numel()
+            count += x.numel()
     return total / count
 
 
@@ -207,13 +206,33 @@ class WindowBatches:
 
 @dataclass
 class History:
+    """What a training run recorded at each evaluation, for every loop of the course: the
+    pretraining :class:`Trainer` (losses, learning rate, samples) and :mod:`finetuning`
+    (losses, and accuracies where the task has them). A curve a run does not measure stays empty."""
+
     steps: list[int] = field(default_factory=list)
     train_loss: list[float] = field(default_factory=list)
     val_loss: list[float] = field(default_factory=list)
+    train_accuracy: list[float] = field(default_factory=list)
+    val_accuracy: list[float] = field(default_factory=list)
     lr: list[float] = field(default_factory=list)
     samples: list[tuple[int, str]] = field(default_factory=list)
     tokens_seen: int = 0
     seconds: float = 0.0
+
+
+def apply_update(
+    optimizer: torch.optim.Optimizer, parameters: Iterable[nn.Parameter], lr: float, grad_clip: float | None
+) -> None:
+    """The end of every training step of the course, once the gradients are in: clip the global
+    norm of the ``parameters``' gradients to ``grad_clip`` (None: no clipping), take one
+    optimizer step at learning rate ``lr``, and clear the gradients for the next step."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    if grad_clip is not None:
+        nn.utils.clip_grad_norm_(parameters, grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
 
 
 def _world() -> tuple[int, int]:
@@ -252,7 +271,7 @@ class Trainer:
         self.step = 0
         self.history = History()
         self.progress = show_progress() if progress is None else progress
-        self.device = next(model.parameters()).device
+        self.device = model_device(model)
         width = getattr(getattr(model, "config", None), "d_model", None)
         self.dtype = autocast_dtype(config.precision, self.device, width)  # None: float32
         self._ddp = None
@@ -285,8 +304,6 @@ class Trainer:
     def _step(self) -> torch.Tensor:
         """One optimizer step; its loss stays on the device (reading it waits for the GPU)."""
         c = self.config
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr_at(self.step, c)
         total = torch.zeros((), device=self.device)
         for a in range(c.grad_accum):
             x, y = self._micro_batch(self.step * c.grad_accum + a)
@@ -298,10 +315,7 @@ class Trainer:
                     loss = self._loss(x, y) / c.grad_accum
                 loss.backward()
             total += loss.detach()
-        if c.grad_clip is not None:
-            nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        apply_update(self.optimizer, self.model.parameters(), lr_at(self.step, c), c.grad_clip)
         self.step += 1
         self.history.tokens_seen += c.batch_size * c.context_length
         return total
@@ -412,71 +426,3 @@ def train_language_model(
         seed=seed,
     )
     return Trainer(model, train_ids, val_ids, config, progress=progress).train()
-
-
-# --------------------------------------------------------------------------------------
-# Fine-tuning on examples (chapters 10 and 11)
-# --------------------------------------------------------------------------------------
-
-
-@dataclass
-class FineTuneConfig:
-    """A fine-tuning run over labelled examples (texts and labels, instructions and answers)."""
-
-    epochs: float = 3.0  # passes over the training examples (a fraction is allowed)
-    batch_size: int = 16
-    lr: float = 1e-3
-    weight_decay: float = 0.1
-    warmup_steps: int = 10
-    grad_clip: float | None = 1.0
-    eval_every: int = 50  # steps between evaluations
-    seed: int = 0  # the order of the examples
-
-
-def fine_tune(
-    model: nn.Module,
-    n_examples: int,
-    batch_loss: Callable[[Sequence[int]], torch.Tensor],
-    config: FineTuneConfig,
-    evaluate: Callable[[int], None],
-    progress: bool | None = None,
-) -> float:
-    """The Trainer's recipe for a list of examples: ``batch_loss(indices)`` gives the loss of a
-    batch of example indices; the trainable parameters of ``model`` take AdamW steps (decay on
-    matrices only) under warmup and cosine, with clipping. The examples are reshuffled every
-    epoch by a generator seeded with ``config.seed``. ``evaluate(step)`` runs every
-    ``eval_every`` steps and after the last. Returns the seconds spent training (evaluations
-    excluded); the model is left in eval mode.
-    """
-    per_epoch = math.ceil(n_examples / config.batch_size)
-    steps = max(1, round(config.epochs * per_epoch))
-    schedule = TrainConfig(
-        steps=steps, batch_size=config.batch_size, lr=config.lr, min_lr=config.lr / 10,
-        warmup_steps=min(config.warmup_steps, steps), weight_decay=config.weight_decay, grad_clip=config.grad_clip,
-        eval_every=config.eval_every,
-    )  # fmt: skip
-    optimizer = make_optimizer(model, schedule)
-    generator = torch.Generator().manual_seed(config.seed)
-    order: list[int] = []
-    progress = show_progress() if progress is None else progress
-    seconds, started = 0.0, time.perf_counter()
-    model.train()
-    for step in tqdm(range(steps), desc="fine-tuning", disable=not progress):
-        if len(order) < config.batch_size:
-            order += torch.randperm(n_examples, generator=generator).tolist()
-        chosen, order = order[: config.batch_size], order[config.batch_size :]
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, schedule)
-        loss = batch_loss(chosen)
-        loss.backward()
-        if config.grad_clip is not None:
-            nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if (step + 1) % config.eval_every == 0 or step + 1 == steps:
-            seconds += time.perf_counter() - started
-            evaluate(step + 1)
-            model.train()
-            started = time.perf_counter()
-    model.eval()
-    return seconds

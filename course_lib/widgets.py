@@ -11,6 +11,7 @@ import torch
 
 from .ngram import NGramLanguageModel
 from .plotting import compare_tokenizers_html, draw_sliding_windows
+from .runtime import model_device
 
 
 def token_explorer(tokenizers: dict, text: str = "Hello world! Tokenizers don't see words.") -> widgets.VBox:
@@ -120,7 +121,7 @@ def sampling_explorer(
     seed = widgets.IntSlider(value=0, min=0, max=20, description="seed")
     out = widgets.Output()
     sample = widgets.HTML()
-    device = next(model.parameters()).device
+    device = model_device(model)
 
     def draw(_=None) -> None:
         ids = torch.tensor(tokenizer.encode(text.value) or [0], device=device)  # (T,)

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from course_lib.classification import (
-    ClassifierConfig,
     GPTClassifier,
     confusion_matrix,
     encode_examples,
@@ -16,6 +15,7 @@ from course_lib.classification import (
     pad_id_of,
     train_classifier,
 )
+from course_lib.finetuning import FineTuneConfig
 from course_lib.model import GPT, GPTConfig
 from course_lib.tokenization import ENDOFTEXT, BPETokenizer
 
@@ -100,7 +100,7 @@ def test_training_learns_a_task_that_needs_the_whole_text():
     train, val = examples(600), examples(150)
     model = classifier()
     freeze(model, "all")
-    history = train_classifier(model, train, val, pad_id=299, config=ClassifierConfig(epochs=4, lr=3e-3, eval_every=40),
+    history = train_classifier(model, train, val, pad_id=299, config=FineTuneConfig(epochs=4, lr=3e-3, eval_every=40),
                                progress=False)  # fmt: skip
     assert history.val_accuracy[-1] > 0.9 and history.val_accuracy[-1] > history.val_accuracy[0]
     assert history.steps[-1] == 4 * 38 and len(history.train_loss) == len(history.steps)

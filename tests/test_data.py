@@ -5,16 +5,15 @@ import threading
 import pytest
 import torch
 
-from course_lib import data
+from course_lib import data, files, tasks
 from course_lib.data import (
     CORPORA,
-    DatasetUnavailableError,
     SlidingWindowDataset,
-    download,
     load_corpus,
     make_dataloader,
     train_val_split,
 )
+from course_lib.files import DatasetUnavailableError, download
 
 
 def test_default_corpus_is_offline_english_text():
@@ -91,9 +90,9 @@ def test_load_corpus_uses_registry_and_cache(server, tmp_path, monkeypatch):
     served, url = server
     payload = "ROMEO: hello\n".encode() * 50
     (served / "s.txt").write_bytes(payload)
-    entry = data.RemoteCorpus(f"{url}/s.txt", hashlib.sha256(payload).hexdigest(), "s.txt", "test")
+    entry = files.RemoteFile(f"{url}/s.txt", hashlib.sha256(payload).hexdigest(), "s.txt", "test")
     monkeypatch.setitem(data.CORPORA, "tiny", entry)
-    monkeypatch.setenv(data.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(files.CACHE_ENV, str(tmp_path / "cache"))
     assert load_corpus("tiny") == payload.decode()
     assert (tmp_path / "cache" / "s.txt").exists()
 
@@ -161,27 +160,27 @@ def test_dataloader_too_little_data_raises():
 
 def test_docstring_areas_properties():
     """Docstrings change between Python versions: check properties, not counts."""
-    labelled = data.docstring_areas()
-    texts = {split: [t for t, _ in getattr(labelled, split)] for split in data.SPLITS}
-    everything = [t for split in data.SPLITS for t in texts[split]]
+    labelled = tasks.docstring_areas()
+    texts = {split: [t for t, _ in getattr(labelled, split)] for split in tasks.SPLITS}
+    everything = [t for split in tasks.SPLITS for t in texts[split]]
     assert len(everything) >= 800 and len(set(everything)) == len(everything)  # no duplicates, no leaks
-    assert labelled.label_names == list(data.DOCSTRING_AREAS)
+    assert labelled.label_names == list(tasks.DOCSTRING_AREAS)
     counts = labelled.counts()
-    assert all(n > 0 for split in data.SPLITS for n in counts[split]), counts  # every area in every split
-    largest = max(sum(counts[s][k] for s in data.SPLITS) for k in range(len(labelled.label_names)))
+    assert all(n > 0 for split in tasks.SPLITS for n in counts[split]), counts  # every area in every split
+    largest = max(sum(counts[s][k] for s in tasks.SPLITS) for k in range(len(labelled.label_names)))
     assert largest / len(everything) < 0.45
     assert 0.7 < len(texts["train"]) / len(everything) < 0.9
     assert all(len(t.split()) >= 4 and "\n" not in t for t in everything)
-    assert all(data.split_of(t) == split for split in data.SPLITS for t in texts[split])
+    assert all(tasks.split_of(t) == split for split in tasks.SPLITS for t in texts[split])
     # a function re-exported by another module keeps its own module's area (statistics imports reduce)
-    reduce_doc = data.first_sentence(__import__("functools").reduce.__doc__)
+    reduce_doc = tasks.first_sentence(__import__("functools").reduce.__doc__)
     assert all(t != reduce_doc for t in everything)
 
 
 def test_the_split_depends_on_the_text_alone():
     examples = [(f"example number {k} of many", k % 3) for k in range(300)]
-    a = data._split(examples, ["a", "b", "c"])
-    b = data._split(list(reversed(examples)), ["a", "b", "c"])
+    a = tasks._split(examples, ["a", "b", "c"])
+    b = tasks._split(list(reversed(examples)), ["a", "b", "c"])
     assert a == b and {len(a.train), len(a.val), len(a.test)} != {0}
 
 
@@ -194,27 +193,27 @@ def test_sms_spam_downloads_checks_and_extracts(server, tmp_path, monkeypatch):
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("readme", "the SMS Spam Collection")
-        z.writestr(data.SMS_SPAM_MEMBER, table)
+        z.writestr(tasks.SMS_SPAM_MEMBER, table)
     (served / "sms.zip").write_bytes(archive.getvalue())
-    source = data.RemoteCorpus(f"{url}/sms.zip", hashlib.sha256(archive.getvalue()).hexdigest(), "sms.zip", "test")
-    monkeypatch.setattr(data, "SMS_SPAM_MEMBER_SHA256", "0" * 64)
+    source = files.RemoteFile(f"{url}/sms.zip", hashlib.sha256(archive.getvalue()).hexdigest(), "sms.zip", "test")
+    monkeypatch.setattr(tasks, "SMS_SPAM_MEMBER_SHA256", "0" * 64)
     with pytest.raises(DatasetUnavailableError, match="has SHA-256 .* expected 0{64}; nothing was extracted"):
-        data.sms_spam(tmp_path / "cache", source)
+        tasks.sms_spam(tmp_path / "cache", source)
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["sms.zip"]  # no half-extracted file
-    monkeypatch.setattr(data, "SMS_SPAM_MEMBER_SHA256", hashlib.sha256(table.encode()).hexdigest())
-    sms = data.sms_spam(tmp_path / "cache", source)
+    monkeypatch.setattr(tasks, "SMS_SPAM_MEMBER_SHA256", hashlib.sha256(table.encode()).hexdigest())
+    sms = tasks.sms_spam(tmp_path / "cache", source)
     assert sms.label_names == ["ham", "spam"]
     assert sorted(sms.train + sms.val + sms.test) == sorted(
         [("Ok lar... Joking wif u oni...", 0), ("Free entry in 2 a wkly comp to win FA Cup", 1), ("See you", 0)]
     )
     (served / "sms.zip").unlink()  # cached: no network needed the second time
-    assert data.sms_spam(tmp_path / "cache", source) == sms
+    assert tasks.sms_spam(tmp_path / "cache", source) == sms
 
 
 def test_the_sms_spam_entry_is_the_published_file():
-    assert data.SMS_SPAM.url.startswith("https://archive.ics.uci.edu/")
-    assert data.SMS_SPAM.sha256 == "1587ea43e58e82b14ff1f5425c88e17f8496bfcdb67a583dbff9eefaf9963ce3"
-    assert data.SMS_SPAM_MEMBER_SHA256 == "7d039a24a6083ed9ef0f806ebad56bbb976e3aeb8de05669173bfdc4996c239d"
+    assert tasks.SMS_SPAM.url.startswith("https://archive.ics.uci.edu/")
+    assert tasks.SMS_SPAM.sha256 == "1587ea43e58e82b14ff1f5425c88e17f8496bfcdb67a583dbff9eefaf9963ce3"
+    assert tasks.SMS_SPAM_MEMBER_SHA256 == "7d039a24a6083ed9ef0f806ebad56bbb976e3aeb8de05669173bfdc4996c239d"
 
 
 def test_the_books_instructions_download_checks_and_split(server, tmp_path):
@@ -228,17 +227,17 @@ def test_the_books_instructions_download_checks_and_split(server, tmp_path):
     ]
     payload = json.dumps(entries).encode()
     (served / "instructions.json").write_bytes(payload)
-    source = data.RemoteCorpus(f"{url}/instructions.json", hashlib.sha256(payload).hexdigest(), "i.json", "test")
-    book = data.book_instructions(tmp_path / "cache", source)
+    source = files.RemoteFile(f"{url}/instructions.json", hashlib.sha256(payload).hexdigest(), "i.json", "test")
+    book = tasks.book_instructions(tmp_path / "cache", source)
     assert sorted(map(str, book.train + book.val + book.test)) == sorted(map(str, entries))
     for split in ("train", "val", "test"):
-        assert all(data.split_of(e["instruction"] + e["input"]) == split for e in getattr(book, split))
-    wrong = data.RemoteCorpus(source.url, "0" * 64, "other.json", "test")
+        assert all(tasks.split_of(e["instruction"] + e["input"]) == split for e in getattr(book, split))
+    wrong = files.RemoteFile(source.url, "0" * 64, "other.json", "test")
     with pytest.raises(DatasetUnavailableError, match="expected 0{64}"):
-        data.book_instructions(tmp_path / "cache", wrong)
+        tasks.book_instructions(tmp_path / "cache", wrong)
     (served / "broken.json").write_bytes(b'[{"instruction": "x"}]')
-    broken = data.RemoteCorpus(
+    broken = files.RemoteFile(
         f"{url}/broken.json", hashlib.sha256(b'[{"instruction": "x"}]').hexdigest(), "b.json", "t"
     )
     with pytest.raises(DatasetUnavailableError, match="entry 0: expected the keys instruction, input and output"):
-        data.book_instructions(tmp_path / "cache", broken)
+        tasks.book_instructions(tmp_path / "cache", broken)

@@ -4,15 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.data import (
-    AREA_INSTRUCTION,
-    DOCSTRING_AREAS,
-    docs_instructions,
-    docs_multiple_choice,
-    docstring_areas,
-    split_of,
-)
 from course_lib.evaluation import areas_named, exact_match, has_expected_form, option_scores
+from course_lib.finetuning import FineTuneConfig
 from course_lib.instruct import (
     ALPACA_PREAMBLE,
     ASSISTANT,
@@ -29,7 +22,14 @@ from course_lib.instruct import (
 )
 from course_lib.model import GPT, GPTConfig
 from course_lib.pretrained import load_pretrained
-from course_lib.training import FineTuneConfig
+from course_lib.tasks import (
+    AREA_INSTRUCTION,
+    DOCSTRING_AREAS,
+    docs_instructions,
+    docs_multiple_choice,
+    docstring_areas,
+    split_of,
+)
 
 PAD = 0  # the end-of-text id in these hand-made batches
 

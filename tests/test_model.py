@@ -8,13 +8,11 @@ from course_lib.model import (
     GPT,
     GPTConfig,
     count_parameters,
-    gpt2_from_pretrained,
     gpt3_weight_table,
-    load_gpt2_state_dict,
-    load_llama_state_dict,
     parameter_formula,
     tie_weights,
 )
+from course_lib.pretrained import gpt2_from_pretrained, load_gpt2_state_dict, load_llama_state_dict
 
 transformers = pytest.importorskip("transformers")  # test-only dependency (requirements-test.txt)
 
@@ -82,13 +80,14 @@ def test_loading_a_mismatched_state_dict_says_what_is_wrong():
 
 
 def test_pretrained_download_offline_is_a_clear_error(tmp_path, monkeypatch):
-    from course_lib import data
+    from course_lib import pretrained
+    from course_lib.files import DatasetUnavailableError
 
     def offline(url, path, sha256, timeout=30.0):
-        raise data.DatasetUnavailableError(f"could not download {url} (offline). Are you offline?")
+        raise DatasetUnavailableError(f"could not download {url} (offline). Are you offline?")
 
-    monkeypatch.setattr(data, "download", offline)
-    with pytest.raises(data.DatasetUnavailableError, match="Are you offline"):
+    monkeypatch.setattr(pretrained, "download", offline)
+    with pytest.raises(DatasetUnavailableError, match="Are you offline"):
         gpt2_from_pretrained("gpt2", cache_dir=tmp_path)
 
 

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from course_lib import pretrained
-from course_lib.model import GPT, load_llama_state_dict
+from course_lib.model import GPT
 from course_lib.pretrained import (
     apply_chat_template,
     gguf_to_rope_halves,
+    load_llama_state_dict,
     load_smollm2,
     read_gguf,
     smollm2_path,

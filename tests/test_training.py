@@ -237,11 +237,11 @@ def test_checkpoints_hold_no_pickle_and_are_written_atomically(data, tmp_path, m
     assert read_metadata(path)["extra"]["settings"] == {"note": 1}
     before = path.read_bytes()
 
-    def crash(tensors, filename, metadata=None):
-        Path(filename).write_bytes(b"half a file")
+    def crash(src, dst):  # the process dies after the new bytes were written, before the rename
+        assert Path(src).read_bytes() != before
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("course_lib.checkpoints.save_file", crash)
+    monkeypatch.setattr("course_lib.files.os.replace", crash)
     with pytest.raises(KeyboardInterrupt):
         trainer.save(path)
     assert path.read_bytes() == before  # the old checkpoint survives the crash intact
