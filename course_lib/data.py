@@ -1,15 +1,19 @@
 """Training data: corpora, splits, and input/target windows.
 
-The default corpus needs no network: it is the reference documentation that ships inside
-every Python installation (``pydoc_data.topics``, about 465,000 characters of English
-prose and code). Public corpora such as Tiny Shakespeare are one argument away: they are
-downloaded once into a cache folder and checked against a SHA-256 (see :mod:`course_lib.files`).
-The labelled and instruction data sets of the fine-tuning chapters live in :mod:`course_lib.tasks`.
+The default corpus needs no network: it is the Python language reference (the text of
+``pydoc_data.topics``, 465,984 characters of English prose and code) as Python 3.11 ships it,
+kept in ``assets/python_docs.json.gz`` so that it is the same text on every Python. Public
+corpora such as Tiny Shakespeare are one argument away: they are downloaded once into a cache
+folder and checked against a SHA-256 (see :mod:`course_lib.files`). The labelled and
+instruction data sets of the fine-tuning chapters live in :mod:`course_lib.tasks`.
 """
 
 from __future__ import annotations
 
+import functools
+import gzip
 import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,11 +37,23 @@ CORPORA: dict[str, RemoteFile] = {
 }
 
 
-def stdlib_docs() -> list[str]:
-    """The Python reference topics (``help('assert')`` and friends) in sorted order."""
-    from pydoc_data.topics import topics
+PYTHON_DOCS = Path(__file__).parent / "assets" / "python_docs.json.gz"
+"""The text of Python 3.11.7's reference topics and standard-library docstrings (PSF licence),
+made by ``scripts/make_data_assets.py``: the same corpus and tasks on every Python."""
 
-    return [topics[key] for key in sorted(topics)]
+
+@functools.cache
+def python_docs() -> dict:
+    """The shipped documentation: ``python`` (the version it was read from), ``topics``
+    (``[topic, text]`` pairs in sorted order) and ``docstrings`` (``[name, sentence, area]``)."""
+    with gzip.open(PYTHON_DOCS, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def stdlib_docs() -> list[str]:
+    """The Python reference topics (``help('assert')`` and friends) in sorted order, as
+    Python 3.11 ships them (the same text whichever Python runs the course)."""
+    return [text for _, text in python_docs()["topics"]]
 
 
 def stdlib_docs_text() -> str:
@@ -46,9 +62,8 @@ def stdlib_docs_text() -> str:
 
 
 def stdlib_docs_sha256() -> str:
-    """SHA-256 of the default corpus as this Python ships it. It changes between Python
-    versions (465,984 characters on 3.11, 498,510 on 3.12), so results that depend on the
-    exact text (stored notebook outputs, the shipped model's card) record it."""
+    """SHA-256 of the default corpus (its topics joined by end-of-text): the shipped model's
+    card records the corpus it was trained on."""
     return hashlib.sha256(ENDOFTEXT.join(stdlib_docs()).encode("utf-8")).hexdigest()
 
 

@@ -15,7 +15,6 @@ documentation; downloads go through :mod:`course_lib.files` (cached, checked, at
 from __future__ import annotations
 
 import hashlib
-import importlib
 import inspect
 import json
 import random
@@ -23,7 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data import stdlib_docs
+from .data import python_docs, stdlib_docs
 from .files import DatasetUnavailableError, RemoteFile, cache_folder, extract_member, fetch
 
 SPLITS = ("train", "val", "test")
@@ -95,48 +94,11 @@ def first_sentence(doc: str) -> str:
     return match.group(1) if match else paragraph
 
 
-def _public_objects(module) -> list:
-    """Public functions and classes defined in ``module`` (not re-exported from elsewhere:
-    ``statistics.reduce`` is ``functools.reduce``), and the public methods of those classes."""
-    found = []
-    for name, obj in sorted(vars(module).items()):
-        if name.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.isbuiltin(obj)):
-            continue
-        if getattr(obj, "__module__", None) != module.__name__:
-            continue
-        found.append(obj)
-        if inspect.isclass(obj):
-            found += [
-                member
-                for member_name, member in sorted(vars(obj).items())
-                if not member_name.startswith("_")
-                and (inspect.isfunction(member) or inspect.ismethoddescriptor(member))
-            ]
-    return found
-
-
-def _docstring_facts() -> list[tuple[str, str, int]]:
+def docstring_facts() -> list[tuple[str, str, int]]:
     """``(qualified name, first sentence, area)`` for every public function, class and method of
-    the modules in :data:`DOCSTRING_AREAS` whose docstring starts with a real sentence (fragments
-    of fewer than four words and bare signatures are dropped)."""
-    facts = []
-    for label, modules in enumerate(DOCSTRING_AREAS.values()):
-        for module_name in modules:
-            try:
-                module = importlib.import_module(module_name)
-            except ImportError:
-                continue
-            for obj in _public_objects(module):
-                doc = obj.__doc__ if isinstance(obj, type) else getattr(obj, "__doc__", None)
-                if not isinstance(doc, str) or not doc.strip():
-                    continue
-                sentence = first_sentence(doc)
-                if len(sentence.split()) < 4 or len(sentence) > 300 or re.match(r"^[\w.]+\(.*\)\s*(->|$)", sentence):
-                    continue
-                qualname = getattr(obj, "__qualname__", obj.__name__)
-                name = f"{module_name}.{obj.__name__ if '<locals>' in qualname else qualname}"
-                facts.append((name if isinstance(obj, type) else name + "()", sentence, label))
-    return facts
+    the modules in :data:`DOCSTRING_AREAS` whose docstring starts with a real sentence, as
+    Python 3.11 ships them (read from the course's asset, see :func:`data.python_docs`)."""
+    return [(name, sentence, label) for name, sentence, label in python_docs()["docstrings"]]
 
 
 def docstring_areas() -> LabelledTexts:
@@ -145,11 +107,11 @@ def docstring_areas() -> LabelledTexts:
     Each example is the first sentence of the docstring of a public function, class or method
     of a module in :data:`DOCSTRING_AREAS`, labelled with the module's area. Fragments (fewer
     than four words, bare signatures) are dropped, and so is a sentence found in two areas;
-    a sentence found twice in one area is kept once. Docstrings change between Python
-    versions: count what you get rather than expecting a number.
+    a sentence found twice in one area is kept once. The docstrings are Python 3.11's, shipped
+    with course_lib, so the task is the same on every Python.
     """
     areas: dict[str, set[int]] = {}
-    for _, sentence, label in _docstring_facts():
+    for _, sentence, label in docstring_facts():
         areas.setdefault(sentence, set()).add(label)
     examples = [(text, next(iter(labels))) for text, labels in areas.items() if len(labels) == 1]
     return _split(examples, list(DOCSTRING_AREAS))
@@ -247,7 +209,7 @@ def docs_instructions() -> InstructionSet:
     the *fact* (the sentence, or the section heading), so a held-out sentence is never trained
     on in any of its forms; the area examples fall in the same splits as chapter 10's.
     """
-    facts = _docstring_facts()
+    facts = docstring_facts()
     owners: dict[str, set[str]] = {}
     for name, sentence, _ in facts:
         owners.setdefault(sentence, set()).add(name)

@@ -7,11 +7,8 @@ This is the only way stored outputs are produced, so that they are reproducible:
 
 Each notebook runs in its own kernel with the working directory set to ``notebooks/``,
 ``COURSE_THREADS`` fixed (2 by default), ``COURSE_DEVICE=cpu``, ``PYTHONHASHSEED=0`` and progress
-bars off. The notebook's metadata records the Python version and the SHA-256 of the default
-corpus the outputs were computed from (tests/conftest.py compares outputs strictly only where
-the corpus is the same). Afterwards volatile
-metadata (timings, kernel versions) is removed so a re-run that computes
-the same outputs leaves the file byte-for-byte unchanged. Widget state is kept: the
+bars off. Afterwards volatile metadata (timings, kernel versions) is removed so a re-run that
+computes the same outputs leaves the file byte-for-byte unchanged. Widget state is kept: the
 explorers' saved views are what the static slide decks show.
 """
 
@@ -19,15 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-
-from course_lib.data import stdlib_docs_sha256
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -39,7 +33,7 @@ def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Keep only what the course needs: slide and tag metadata, outputs, counts, and where
     the outputs come from."""
     nb.metadata = nbformat.from_dict(
-        {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}, "course": produced_with()}
+        {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
         | {k: nb.metadata[k] for k in ("rise", "widgets") if k in nb.metadata}
     )
     for cell in nb.cells:
@@ -47,12 +41,6 @@ def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         if cell.cell_type == "code":
             cell.outputs = merge_streams(cell.outputs)
     return nb
-
-
-def produced_with() -> dict:
-    """What stored outputs depend on beyond the notebook: the Python version (its docs are
-    the corpus) and the corpus's SHA-256."""
-    return {"python": platform.python_version(), "corpus_sha256": stdlib_docs_sha256()}
 
 
 def merge_streams(outputs: list) -> list:
