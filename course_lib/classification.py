@@ -48,6 +48,8 @@ def pad_batch(
     tokens, or raises when ``truncate=False``. An empty sequence raises: there is nothing to
     classify.
     """
+    if len(sequences) == 0:
+        raise ValueError("pad_batch needs at least one sequence, got an empty batch")
     rows = []
     for k, seq in enumerate(sequences):
         if len(seq) == 0:
@@ -67,6 +69,13 @@ def pad_batch(
 
 def last_real_token(features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """(B, T, C) features, (B,) lengths -> (B, C): each row's vector at its last real token."""
+    if lengths.shape != features.shape[:1]:
+        raise ValueError(f"need one length per row: {features.shape[0]} rows, lengths of shape {tuple(lengths.shape)}")
+    if bool((lengths < 1).any()) or bool((lengths > features.shape[1]).any()):
+        raise ValueError(
+            f"every length must be between 1 and the row's {features.shape[1]} positions, got {lengths.tolist()}: "
+            "a length of 0 would read position -1, the last padding token"
+        )
     rows = torch.arange(features.shape[0], device=features.device)
     return features[rows, lengths.to(features.device) - 1]  # (B, C)
 

@@ -14,6 +14,7 @@ questions scored by log-likelihood, and a model as judge.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 
@@ -130,6 +131,24 @@ def judge_preference(model: GPT, tokenizer, chat_template: str, question: str, f
         raise ValueError("the judge's tokenizer must encode 'A' and 'B' as single tokens")
     pair = torch.softmax(torch.stack([logits[a[0]], logits[b[0]]]), dim=0)
     return pair[0].item()
+
+
+def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of an accuracy of ``correct`` out of ``n``: where the true
+    rate plausibly lies. Unlike p ± 1.96·sqrt(p(1-p)/n) it stays within [0, 1] and is not of
+    width 0 at 0 or n correct (Wilson, 1927). Two accuracies whose intervals overlap are level."""
+    if n < 1 or not 0 <= correct <= n:
+        raise ValueError(f"need 0 <= correct <= n and n >= 1, got {correct} of {n}")
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def accuracy_text(correct: int, n: int) -> str:
+    """``"0.708 [0.62, 0.78] (46/65)"``: an accuracy with its n and its 95% Wilson interval."""
+    low, high = wilson_interval(correct, n)
+    return f"{correct / n:.3f} [{low:.2f}, {high:.2f}] ({correct}/{n})"
 
 
 def areas_named(text: str) -> list[str]:

@@ -40,6 +40,20 @@ USER, ASSISTANT = "<|user|>", "<|assistant|>"
 PROMPT_STYLES = ("alpaca", "short", "chat")
 
 
+def check_instruction(example: Instruction, keys: Sequence[str] = ("instruction", "output")) -> None:
+    """A clear error for an example that is not an instruction dict with string ``keys``."""
+    if not isinstance(example, dict):
+        raise TypeError(
+            f"an instruction is a dict with the keys instruction, input, output; got {type(example).__name__}"
+        )
+    missing = [key for key in keys if key not in example]
+    if missing:
+        raise ValueError(f"the instruction {example!r:.80} has no {', '.join(map(repr, missing))} key")
+    wrong = [key for key in (*keys, "input") if key in example and not isinstance(example[key], str)]
+    if wrong:
+        raise TypeError(f"the instruction's {', '.join(map(repr, wrong))} must be text (str)")
+
+
 def format_prompt(example: Instruction, style: str = "short") -> str:
     """The prompt of ``example`` (everything the model reads before its answer).
 
@@ -47,6 +61,7 @@ def format_prompt(example: Instruction, style: str = "short") -> str:
     sections; ``short``: the same sections without the preamble; ``chat``: the user's turn
     between role tokens, then the assistant's role token. An empty input leaves its section out.
     """
+    check_instruction(example, ("instruction",))
     instruction, given = example["instruction"].strip(), example.get("input", "").strip()
     if style == "chat":
         return f"{USER}{instruction}" + (f"\n\n{given}" if given else "") + ASSISTANT
@@ -61,6 +76,7 @@ def format_prompt(example: Instruction, style: str = "short") -> str:
 def encode_instruction(example: Instruction, tokenizer, style: str = "short") -> tuple[list[int], int]:
     """``(ids, prompt_length)``: prompt + answer + end-of-text as token ids, and how many of
     them are the prompt (the answer starts at position ``prompt_length``)."""
+    check_instruction(example)
     prompt = tokenizer.encode(format_prompt(example, style), allowed_special="all")
     answer = tokenizer.encode(example["output"].strip())
     if not answer:
@@ -83,6 +99,8 @@ def collate(
     ``max_length + 1`` tokens first. A batch left with no target at all is an error: its mean
     loss would be 0/0 = NaN.
     """
+    if len(batch) == 0:
+        raise ValueError("collate needs at least one encoded example, got an empty batch")
     rows = [(list(ids if max_length is None else ids[: max_length + 1]), n) for ids, n in batch]
     T = max(len(ids) for ids, _ in rows) - 1
     if T < 1:
