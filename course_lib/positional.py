@@ -9,10 +9,16 @@
 - :func:`alibi_bias`: ALiBi adds ``-slope * distance`` to the attention scores of each head.
 
 **RoPE pairing convention.** A rotation acts on pairs of dimensions. The RoPE paper pairs
-neighbours ``(0, 1), (2, 3), ...`` ("interleaved"); GPT-NeoX and Hugging Face's LLaMA pair
-dimension ``i`` with ``i + D/2`` ("halves"). course_lib uses **halves**, so LLaMA weights load
-as they are; :func:`rope_interleaved` is the paper's version and
-:func:`interleaved_to_halves` the permutation that maps one convention onto the other.
+neighbours ``(0, 1), (2, 3), ...`` ("interleaved"), and so does Meta's reference LLaMA code;
+GPT-NeoX and Hugging Face's LLaMA pair dimension ``i`` with ``i + D/2`` ("halves"; Hugging
+Face's conversion script permutes the rows of W_q and W_k of Meta's checkpoints to get there).
+course_lib uses **halves**, so Hugging Face weights load as they are; :func:`rope_interleaved`
+is the paper's version and :func:`interleaved_to_halves` the permutation that maps one
+convention onto the other.
+
+**Devices.** Every table here is built on the device it will meet (``device=`` for the
+functions; the device of the module's own buffers for :class:`RotaryEmbedding`, whose table
+grows when a longer sequence arrives), so a model on a GPU never mixes in a CPU tensor.
 """
 
 from __future__ import annotations
@@ -46,22 +52,35 @@ def _check_even(d: int, what: str) -> None:
         raise ValueError(f"{what} needs an even dimension (it works on pairs), got {d}")
 
 
-def sinusoidal_encoding(T: int, d_model: int, base: float = 10000.0, offset: int = 0) -> torch.Tensor:
-    """PE[pos, 2i] = sin(pos / base^(2i/d)), PE[pos, 2i+1] = cos(pos / base^(2i/d)); shape (T, d)."""
+def sinusoidal_encoding(
+    T: int,
+    d_model: int,
+    base: float = 10000.0,
+    offset: int = 0,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / base^(2i/d)), PE[pos, 2i+1] = cos(pos / base^(2i/d)); shape (T, d).
+
+    Computed in float32 on ``device`` (pass the device of the embeddings it is added to), then
+    cast to ``dtype``.
+    """
     _check_even(d_model, "the sinusoidal encoding")
-    positions = torch.arange(offset, offset + T, dtype=torch.float32)[:, None]  # (T, 1)
-    frequencies = base ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)  # (d/2,)
+    positions = torch.arange(offset, offset + T, dtype=torch.float32, device=device)[:, None]  # (T, 1)
+    exponents = torch.arange(0, d_model, 2, dtype=torch.float32, device=device) / d_model  # (d/2,)
+    frequencies = base**-exponents  # (d/2,)
     angles = positions * frequencies  # (T, d/2)
-    encoding = torch.empty(T, d_model)
+    encoding = torch.empty(T, d_model, device=device)  # (T, d)
     encoding[:, 0::2] = torch.sin(angles)
     encoding[:, 1::2] = torch.cos(angles)
-    return encoding
+    return encoding.to(dtype)
 
 
-def rope_frequencies(head_dim: int, base: float = 10000.0) -> torch.Tensor:
+def rope_frequencies(head_dim: int, base: float = 10000.0, device: torch.device | str | None = None) -> torch.Tensor:
     """theta_i = base^(-2(i-1)/d) for i = 1..d/2: fast rotations first, slow ones last."""
     _check_even(head_dim, "RoPE")
-    return base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (D/2,)
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim  # (D/2,)
+    return base**-exponents  # (D/2,)
 
 
 def rope_interleaved(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
@@ -70,7 +89,8 @@ def rope_interleaved(x: torch.Tensor, positions: torch.Tensor, base: float = 100
     [x'_{2i}  ]   [cos  -sin] [x_{2i}  ]
     [x'_{2i+1}] = [sin   cos] [x_{2i+1}]      x: (..., T, D), positions: (T,)
     """
-    angles = positions.float()[:, None] * rope_frequencies(x.shape[-1], base)  # (T, D/2)
+    frequencies = rope_frequencies(x.shape[-1], base, device=x.device)  # (D/2,)
+    angles = positions.to(x.device).float()[:, None] * frequencies  # (T, D/2)
     cos, sin = angles.cos(), angles.sin()
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, D/2) each
     out = torch.empty_like(x)
@@ -99,20 +119,27 @@ class RotaryEmbedding(nn.Module):
 
     ``forward(q, k, offset)`` rotates queries and keys of shape (B, H, T, D) as if they sat at
     positions offset..offset+T-1, so a KV cache can rotate one new token at a time. The cache
-    grows by itself when a longer sequence arrives.
+    grows by itself when a longer sequence arrives; the grown table is computed in float32 on
+    the device of the existing one (wherever ``.to()`` moved the module) and keeps its dtype.
     """
 
     def __init__(self, head_dim: int, max_positions: int = 2048, base: float = 10000.0):
         super().__init__()
+        self.head_dim, self.base = head_dim, base
         self.register_buffer("inv_freq", rope_frequencies(head_dim, base), persistent=False)
-        self.base = base
         self._build(max_positions)
 
     def _build(self, n: int) -> None:
-        angles = torch.arange(n, dtype=torch.float32)[:, None] * self.inv_freq  # (n, D/2)
+        old = getattr(self, "cos", None)
+        device = self.inv_freq.device
+        dtype = old.dtype if old is not None else torch.float32
+        # recomputed in float32: inv_freq itself may have been cast to a low precision by .to()
+        inv_freq = rope_frequencies(self.head_dim, self.base, device=device)  # (D/2,)
+        positions = torch.arange(n, dtype=torch.float32, device=device)  # (n,)
+        angles = positions[:, None] * inv_freq  # (n, D/2)
         angles = torch.cat([angles, angles], dim=-1)  # (n, D): pair i and i + D/2 share an angle
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        self.register_buffer("cos", angles.cos().to(dtype), persistent=False)
+        self.register_buffer("sin", angles.sin().to(dtype), persistent=False)
 
     def rotate(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         T = x.shape[-2]
@@ -126,7 +153,7 @@ class RotaryEmbedding(nn.Module):
         return self.rotate(q, offset), self.rotate(k, offset)
 
 
-def alibi_slopes(n_heads: int) -> torch.Tensor:
+def alibi_slopes(n_heads: int, device: torch.device | str | None = None) -> torch.Tensor:
     """One slope per head: the geometric sequence 2^(-8/n), 2^(-16/n), ... of the ALiBi paper.
 
     For a head count that is not a power of two, the paper takes the slopes of the next lower
@@ -142,15 +169,23 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     else:
         lower = 2 ** math.floor(math.log2(n_heads))
         slopes = powers_of_two(lower) + powers_of_two(2 * lower)[0::2][: n_heads - lower]
-    return torch.tensor(slopes)
+    return torch.tensor(slopes, device=device)  # (H,)
 
 
-def alibi_bias(n_heads: int, T: int, offset: int = 0) -> torch.Tensor:
+def alibi_bias(
+    n_heads: int,
+    T: int,
+    offset: int = 0,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """(H, T, T_total) additive bias: -slope_h * (query position - key position) for past keys.
 
-    Future keys get 0 here; the causal mask removes them separately.
+    Future keys get 0 here; the causal mask removes them separately. Built on ``device`` (pass
+    the device of the attention scores it is added to), in float32, then cast to ``dtype``.
     """
-    queries = torch.arange(offset, offset + T)[:, None]  # (T, 1)
-    keys = torch.arange(offset + T)[None, :]  # (1, T_total)
+    queries = torch.arange(offset, offset + T, device=device)[:, None]  # (T, 1)
+    keys = torch.arange(offset + T, device=device)[None, :]  # (1, T_total)
     distance = (queries - keys).clamp(min=0).float()  # (T, T_total)
-    return -alibi_slopes(n_heads)[:, None, None] * distance  # (H, T, T_total)
+    bias = -alibi_slopes(n_heads, device=device)[:, None, None] * distance  # (H, T, T_total)
+    return bias.to(dtype)
