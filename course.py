@@ -5,7 +5,8 @@
     python3 course.py slides    # build an offline reveal.js deck per notebook into slides/
 
 ``test`` runs the notebooks with the short CI training budget; ``test --full`` uses the
-full one. Extra arguments after ``--`` go to pytest (``python3 course.py test -- -k bpe``).
+full one; ``test --gpu`` runs every notebook on your GPU (CUDA or MPS) with all its assertions.
+Extra arguments after ``--`` go to pytest (``python3 course.py test -- -k bpe``).
 """
 
 from __future__ import annotations
@@ -64,11 +65,29 @@ def main(argv: list[str]) -> int:
         if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root
             args.append("--allow-root")
     else:
-        full = "--full" in rest
-        rest = [a for a in rest if a not in ("--full", "--")]
+        full, gpu = "--full" in rest, "--gpu" in rest
+        rest = [a for a in rest if a not in ("--full", "--gpu", "--")]
         env.update(COURSE_BUDGET="full" if full else "ci", COURSE_THREADS="2", PYTHONHASHSEED="0", COURSE_DEVICE="cpu")
+        if gpu:
+            return test_on_gpu(python, env, rest)
         args = [str(python), "-m", "pytest", *rest]
     return subprocess.run(args, cwd=ROOT, env=env).returncode
+
+
+def test_on_gpu(python: Path, env: dict, rest: list[str]) -> int:
+    """``test --gpu``: the unit tests as usual, then every notebook on the GPU that
+    ``runtime.get_device()`` picks (CUDA, else MPS) with all its assertions. Outputs are not
+    compared there (a GPU computes other last digits than the CPU the stored outputs came from)."""
+    gpu_env = {k: v for k, v in env.items() if k != "COURSE_DEVICE"}
+    probe = "from course_lib.runtime import get_device; print(get_device().type)"
+    device = subprocess.run([str(python), "-c", probe], env=gpu_env, capture_output=True, text=True).stdout.strip()
+    if device not in ("cuda", "mps"):
+        print(f"test --gpu: torch sees no CUDA or MPS device here (get_device() gives {device or 'an error'})")
+        return 2
+    print(f"unit tests (on the CPU, as usual), then every notebook on {device} without comparing outputs", flush=True)
+    units = subprocess.run([str(python), "-m", "pytest", "tests", *rest], cwd=ROOT, env=env).returncode
+    notebooks = [str(python), "-m", "pytest", "notebooks", "--nbval-lax", *rest]
+    return units or subprocess.run(notebooks, cwd=ROOT, env=gpu_env).returncode
 
 
 if __name__ == "__main__":
