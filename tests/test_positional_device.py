@@ -9,7 +9,6 @@ rotary table regrown for a window longer than the one the model was built for (n
 import pytest
 import torch
 
-from course_lib import model as model_module
 from course_lib.attention import MultiHeadAttention
 from course_lib.model import GPT, GPTConfig
 from course_lib.positional import (
@@ -93,20 +92,13 @@ def test_attention_past_its_context_on_meta(alibi, rotary):
     assert out.device == META and weights.shape == (2, 4, 20, 20)
 
 
-@pytest.fixture
-def no_id_check(monkeypatch):
-    """check_token_ids reads min and max of the ids as Python numbers, which a meta tensor
-    does not have; the device path is what is tested here."""
-    monkeypatch.setattr(model_module, "check_token_ids", lambda idx, vocab_size: None)
-
-
 def tiny_gpt(positional: str) -> GPT:
     config = GPTConfig(vocab_size=50, context_length=8, n_layers=2, n_heads=2, d_model=16, positional=positional)
     return GPT(config)
 
 
 @pytest.mark.parametrize("positional", ["none", "sinusoidal", "rope", "alibi"])
-def test_gpt_on_meta_evaluated_past_its_window(positional, no_id_check):
+def test_gpt_on_meta_evaluated_past_its_window(positional):
     gpt = tiny_gpt(positional).to(META)
     for T in (8, 24, 64):  # the window it was built for, then 3x and 8x longer
         idx = torch.zeros(2, T, dtype=torch.long, device=META)  # (B, T)
@@ -117,7 +109,7 @@ def test_gpt_on_meta_evaluated_past_its_window(positional, no_id_check):
 
 
 @pytest.mark.parametrize("positional", ["sinusoidal", "rope", "alibi"])
-def test_gpt_on_meta_with_a_cache_longer_than_its_window(positional, no_id_check):
+def test_gpt_on_meta_with_a_cache_longer_than_its_window(positional):
     gpt = tiny_gpt(positional).to(META)
     cache = gpt.new_cache(max_length=20)
     assert gpt(torch.zeros(1, 6, dtype=torch.long, device=META), cache=cache).device == META
@@ -127,7 +119,7 @@ def test_gpt_on_meta_with_a_cache_longer_than_its_window(positional, no_id_check
     assert cache.length == 16
 
 
-def test_learned_gpt_on_meta_refuses_a_longer_window_clearly(no_id_check):
+def test_learned_gpt_on_meta_refuses_a_longer_window_clearly():
     gpt = tiny_gpt("learned").to(META)
     assert gpt(torch.zeros(1, 8, dtype=torch.long, device=META)).device == META
     with pytest.raises(ValueError, match="context|stop at"):
