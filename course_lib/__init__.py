@@ -3,25 +3,34 @@
 Each notebook builds an idea by hand, then imports the clean version from here and
 checks that the two agree. One module per idea:
 
-- ``runtime``       device choice, seeding, thread count and the training budget
-- ``tokenization``  character, word and byte-level BPE tokenizers; GPT-2's encoding offline
-- ``data``          corpora (offline default, cached downloads), splits, sliding windows
-- ``ngram``         count-based n-gram language models, the first baseline
-- ``mlp_lm``        the MLP language model of Bengio et al. (2003)
-- ``attention``     softmax, attention heads, multi-head attention, the KV cache
-- ``positional``    learned, sinusoidal, rotary (RoPE) and ALiBi position information
-- ``layers``        LayerNorm, RMSNorm, activations, feed-forward and SwiGLU
-- ``model``         GPTConfig and GPT; parameter counts; loading GPT-2 and LLaMA weights
-- ``training``      the Trainer: AdamW, warmup + cosine, clipping, accumulation, DDP, resume
-- ``checkpoints``   model files and checkpoints in safetensors (no pickle), written atomically
-- ``train``         the command line ``python -m course_lib.train`` (only the command line)
-- ``generation``    greedy, temperature, top-k, top-p, streaming, with a KV cache
-- ``pretrained``    the small GPT that ships with course_lib
-- ``classification`` a GPT classifier at the last real token, freezing, the fine-tuning loop
-- ``lora``          LoRA from scratch: low-rank updates beside frozen layers, merged back
-- ``plotting``      the figures and token colourings the notebooks show
-- ``widgets``       interactive explorers (ipywidgets)
-- ``exercises``     self-checks for the exercises at the end of each notebook
+- ``runtime``        device choice, seeding, threads, the training budget; eval mode, a model's device
+- ``files``          atomic writes, checksums, cached downloads (every file course_lib writes)
+- ``tokenization``   character, word and byte-level BPE tokenizers; GPT-2's encoding offline
+- ``tokenizer_files`` GPT-2 / Hugging Face ``vocab.json`` + ``merges.txt`` read and written
+- ``data``           the offline corpus (shipped), public corpora, splits, sliding windows
+- ``ngram``          count-based n-gram language models, the first baseline
+- ``mlp_lm``         the MLP language model of Bengio et al. (2003)
+- ``attention``      softmax, attention heads, multi-head attention, the KV cache
+- ``positional``     learned, sinusoidal, rotary (RoPE) and ALiBi position information
+- ``layers``         LayerNorm, RMSNorm, activations, feed-forward and SwiGLU
+- ``model``          GPTConfig and GPT; parameter counts
+- ``checkpoints``    the course's model files and checkpoints in safetensors (no pickle)
+- ``training``       the Trainer: AdamW, warmup + cosine, clipping, accumulation, DDP, resume
+- ``train``          the command line ``python -m course_lib.train`` (only the command line)
+- ``generation``     greedy, temperature, top-k, top-p, streaming, with a KV cache
+- ``pretrained``     weights trained elsewhere: the shipped GPT, GPT-2, LLaMA, SmolLM2 (GGUF)
+- ``tasks``          the data sets of chapters 10-12, one small function per task
+- ``finetuning``     the fine-tuning loop on a list of examples (chapters 10 and 11)
+- ``classification`` a GPT classifier at the last real token, padding, freezing
+- ``lora``           LoRA from scratch: low-rank updates beside frozen layers, merged back
+- ``instruct``       prompt formats, the -100 collate, instruction training, special tokens
+- ``evaluation``     answer form, exact match, multiple choice, a model as judge, intervals
+- ``prompting``      few-shot prompts, classification by likelihood, voting, best-of-n
+- ``limits``         memorisation and next-word probability probes
+- ``cards``          model cards and datasheets; training FLOPs and energy
+- ``plotting``       the figures and token colourings the notebooks show
+- ``widgets``        interactive explorers (ipywidgets)
+- ``exercises``      self-checks for the exercises at the end of each notebook
 """
 
 __version__ = "0.1.0"

@@ -28,6 +28,7 @@ from .checkpoints import load_model
 from .files import cache_folder, download
 from .model import GPT, GPTConfig, load_weights
 from .tokenization import GPT2_SPLIT_PATTERN, SMOLLM_SPLIT_PATTERN, BPETokenizer, tokenizer_from_dict
+from .tokenizer_files import from_gpt2_text
 
 ASSETS = Path(__file__).parent / "assets"
 MODEL_PATH = ASSETS / "course_gpt.safetensors"
@@ -261,7 +262,7 @@ def gguf_tokenizer(reader) -> BPETokenizer:
         raise ValueError(f"unknown pre-tokenizer {pre!r}; known: {', '.join(GGUF_PATTERNS)}")
     tokens = _field(reader, "tokenizer.ggml.tokens")
     merges = _field(reader, "tokenizer.ggml.merges")
-    return BPETokenizer.from_gpt2_text(
+    return from_gpt2_text(
         {text: i for i, text in enumerate(tokens)}, merges, GGUF_PATTERNS[pre], "the GGUF vocabulary", "the GGUF merges"
     )
 

@@ -19,7 +19,8 @@ from course_lib.pretrained import (
     read_gguf,
     smollm2_path,
 )
-from course_lib.tokenization import BYTE_TO_UNICODE, train_bpe
+from course_lib.tokenization import train_bpe
+from course_lib.tokenizer_files import BYTE_TO_UNICODE
 
 transformers = pytest.importorskip("transformers")  # test-only dependency (requirements-test.txt)
 gguf = pytest.importorskip("gguf")

@@ -16,6 +16,7 @@ from course_lib.tokenization import (
     train_bpe,
     train_bpe_naive,
 )
+from course_lib.tokenizer_files import load_gpt2_files, save_gpt2_files
 
 HARD_STRINGS = [
     "",
@@ -233,7 +234,7 @@ def test_corrupted_files_raise_clear_errors(trained, tmp_path, damage, message):
 
 
 def test_a_tokenizer_outside_the_course_layout_is_saved_as_gpt2_files(course_gpt2, tmp_path):
-    with pytest.raises(ValueError, match="do not follow the course layout.*save_gpt2_files"):
+    with pytest.raises(ValueError, match="do not follow the course layout.*tokenizer_files.save_gpt2_files"):
         course_gpt2.save(tmp_path / "gpt2.bpe")
     assert not (tmp_path / "gpt2.bpe").exists()
 
@@ -323,9 +324,9 @@ def test_encode_iterable_memory_does_not_grow_with_the_input(trained, corpus):
 
 
 def test_gpt2_vocab_and_merges_files_give_tiktokens_ids(course_gpt2, tiktoken_gpt2, corpus, tmp_path):
-    vocab_path, merges_path = course_gpt2.save_gpt2_files(tmp_path)
+    vocab_path, merges_path = save_gpt2_files(course_gpt2, tmp_path)
     assert merges_path.read_text(encoding="utf-8").splitlines()[:3] == ["#version: 0.2", "Ġ t", "Ġ a"]
-    loaded = BPETokenizer.load_gpt2_files(vocab_path, merges_path)
+    loaded = load_gpt2_files(vocab_path, merges_path)
     assert loaded.special_tokens == {ENDOFTEXT: 50256} and loaded.vocab_size == 50257
     assert loaded.merges == course_gpt2.merges and loaded.vocab == course_gpt2.vocab
     assert loaded.encode(corpus, allowed_special="all") == tiktoken_gpt2.encode(corpus, allowed_special="all")
@@ -375,11 +376,11 @@ def test_tokenizers_trained_elsewhere_fail_clearly(tmp_path):
     (tmp_path / "vocab.json").write_text('{"a": 0, "b": 0}')
     (tmp_path / "merges.txt").write_text("#version: 0.2\na b\n")
     with pytest.raises(TokenizerFileError, match="ids 0 are used by more than one token"):
-        BPETokenizer.load_gpt2_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
+        load_gpt2_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
     (tmp_path / "vocab.json").write_text('{"a": 0, "b": 1}')
     (tmp_path / "merges.txt").write_text("#version: 0.2\na b c\n")
     with pytest.raises(TokenizerFileError, match="line 2: expected two tokens"):
-        BPETokenizer.load_gpt2_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
+        load_gpt2_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
 
 
 # -- character and word tokenizers -----------------------------------------------------------
