@@ -12,18 +12,11 @@ from course_lib.attention import (
     softmax,
 )
 
-g = torch.Generator().manual_seed(0)
-
-
-def randn(*shape):
-    return torch.randn(*shape, generator=g)
-
-
 # -- softmax -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("scale", [1.0, 10.0, 1000.0])
-def test_softmax_matches_torch_even_for_large_logits(scale):
+def test_softmax_matches_torch_even_for_large_logits(scale, randn):
     x = randn(4, 7) * scale
     assert torch.allclose(softmax(x), torch.softmax(x, dim=-1), atol=1e-6)
     assert torch.allclose(softmax(x, dim=0), torch.softmax(x, dim=0), atol=1e-6)
@@ -44,13 +37,13 @@ def test_scaling_sharpens_softmax():
 
 
 @pytest.mark.parametrize("mask_kind", [None, "causal", "bool", "additive"])
-def test_attention_matches_pytorch(mask_kind):
+def test_attention_matches_pytorch(mask_kind, randn, generator):
     q, k, v = randn(2, 3, 5, 8), randn(2, 3, 5, 8), randn(2, 3, 5, 6)
     mask = {
         None: None,
         "causal": causal_mask(5),
         # random per-batch mask (broadcast over heads); the diagonal keeps every row non-empty
-        "bool": (torch.rand(2, 1, 5, 5, generator=g) > 0.3) | torch.eye(5, dtype=torch.bool),
+        "bool": (torch.rand(2, 1, 5, 5, generator=generator) > 0.3) | torch.eye(5, dtype=torch.bool),
         "additive": randn(5, 5),
     }[mask_kind]
     ours = scaled_dot_product_attention(q, k, v, mask)
@@ -58,14 +51,14 @@ def test_attention_matches_pytorch(mask_kind):
     assert torch.allclose(ours, theirs, atol=1e-5)
 
 
-def test_attention_with_large_logits_stays_finite():
+def test_attention_with_large_logits_stays_finite(randn):
     q, k, v = randn(1, 4, 16) * 100, randn(1, 4, 16) * 100, randn(1, 4, 16)
     ours = scaled_dot_product_attention(q, k, v, causal_mask(4))
     assert torch.isfinite(ours).all()
     assert torch.allclose(ours, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-4)
 
 
-def test_attention_returns_weights_that_are_distributions():
+def test_attention_returns_weights_that_are_distributions(randn):
     q, k, v = randn(2, 5, 4), randn(2, 5, 4), randn(2, 5, 4)
     out, weights = scaled_dot_product_attention(q, k, v, causal_mask(5), return_weights=True)
     assert weights.shape == (2, 5, 5)
@@ -83,7 +76,7 @@ def test_attention_dropout_zeroes_weights_and_rescales():
     assert 0.8 < out.mean().item() < 1.2 and out.std().item() > 0.01
 
 
-def test_mask_that_does_not_broadcast_raises():
+def test_mask_that_does_not_broadcast_raises(randn):
     q = randn(2, 5, 4)
     with pytest.raises(ValueError, match=r"mask of shape \(4, 4\) does not broadcast to the scores' shape \(2, 5, 5\)"):
         scaled_dot_product_attention(q, q, q, causal_mask(4))
@@ -106,7 +99,7 @@ def make_modules(causal=True, bias=True, d_model=12, n_heads=3, T=10):
 
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("bias", [True, False])
-def test_wrapper_fused_and_fast_compute_the_same_function(causal, bias):
+def test_wrapper_fused_and_fast_compute_the_same_function(causal, bias, randn):
     modules = make_modules(causal, bias)
     x = randn(2, 7, 12)
     outputs, grads = [], []
@@ -127,7 +120,7 @@ def test_wrapper_fused_and_fast_compute_the_same_function(causal, bias):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_fused_matches_torch_multihead_attention(causal):
+def test_fused_matches_torch_multihead_attention(causal, randn):
     torch.manual_seed(0)
     ours = MultiHeadAttention(16, 4, context_length=8, causal=causal).eval()
     ref = nn.MultiheadAttention(16, 4, batch_first=True).eval()
@@ -145,7 +138,7 @@ def test_fused_matches_torch_multihead_attention(causal):
 
 
 @pytest.mark.parametrize("fast", [False, True])
-def test_causality_future_tokens_never_change_the_past(fast):
+def test_causality_future_tokens_never_change_the_past(fast, randn):
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 4, context_length=12, fast=fast).eval()
     x = randn(2, 12, 16)
@@ -157,7 +150,7 @@ def test_causality_future_tokens_never_change_the_past(fast):
 
 
 @pytest.mark.parametrize("module", ["head", "fused", "fast"])
-def test_without_positions_attention_is_permutation_equivariant(module):
+def test_without_positions_attention_is_permutation_equivariant(module, randn, generator):
     torch.manual_seed(0)
     m = {
         "head": AttentionHead(16, 8, 10, causal=False),
@@ -165,11 +158,11 @@ def test_without_positions_attention_is_permutation_equivariant(module):
         "fast": MultiHeadAttention(16, 4, 10, causal=False, fast=True),
     }[module].eval()
     x = randn(2, 10, 16)
-    perm = torch.randperm(10, generator=g)
+    perm = torch.randperm(10, generator=generator)
     assert torch.allclose(m(x)[:, perm], m(x[:, perm]), atol=1e-5)
 
 
-def test_single_head_module_matches_functional_attention():
+def test_single_head_module_matches_functional_attention(randn):
     torch.manual_seed(0)
     head = AttentionHead(8, 4, context_length=6)
     x = randn(2, 6, 8)
@@ -177,7 +170,7 @@ def test_single_head_module_matches_functional_attention():
     assert torch.allclose(head(x), expected, atol=1e-6)
 
 
-def test_dropout_only_in_training_mode():
+def test_dropout_only_in_training_mode(randn):
     torch.manual_seed(0)
     mha = MultiHeadAttention(16, 4, context_length=8, dropout=0.5)
     x = randn(2, 8, 16)
@@ -187,7 +180,7 @@ def test_dropout_only_in_training_mode():
     assert torch.allclose(mha(x), mha(x))
 
 
-def test_bad_configurations_raise():
+def test_bad_configurations_raise(randn):
     with pytest.raises(ValueError, match="d_model=10 is not divisible by n_heads=3"):
         MultiHeadAttention(10, 3, context_length=8)
     with pytest.raises(ValueError, match="d_model=10 is not divisible by n_heads=4"):

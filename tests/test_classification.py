@@ -16,15 +16,17 @@ from course_lib.classification import (
     train_classifier,
 )
 from course_lib.finetuning import FineTuneConfig
-from course_lib.model import GPT, GPTConfig
 from course_lib.tokenization import ENDOFTEXT, BPETokenizer
 
-CONFIG = GPTConfig(vocab_size=300, context_length=16, n_layers=2, n_heads=2, d_model=32)
 
+@pytest.fixture
+def classifier(tiny_gpt):
+    """A three-class classifier on a small GPT with a vocabulary of 300."""
 
-def classifier(pooling: str = "last_real", seed: int = 0) -> GPTClassifier:
-    torch.manual_seed(seed)
-    return GPTClassifier(GPT(CONFIG), n_classes=3, pooling=pooling).eval()
+    def make(pooling: str = "last_real", seed: int = 0) -> GPTClassifier:
+        return GPTClassifier(tiny_gpt(seed, vocab_size=300), n_classes=3, pooling=pooling).eval()
+
+    return make
 
 
 def test_pad_batch_pads_to_the_longest_and_keeps_the_start():
@@ -38,7 +40,7 @@ def test_pad_batch_pads_to_the_longest_and_keeps_the_start():
         pad_batch([[]], pad_id=0, max_length=16)
 
 
-def test_the_last_real_token_ignores_padding_and_position_minus_one_does_not():
+def test_the_last_real_token_ignores_padding_and_position_minus_one_does_not(classifier):
     """The most reported pitfall: a text's prediction must not depend on its batch."""
     text, longer = [3, 14, 15, 92, 65], [2, 71, 82, 81, 82, 84, 59, 4, 5]
     for pooling, invariant in (("last_real", True), ("last", False)):
@@ -56,7 +58,7 @@ def test_last_real_token_gathers_each_rows_last_position():
     assert torch.equal(last_real_token(features, lengths), expected)
 
 
-def test_freezing_counts_what_trains():
+def test_freezing_counts_what_trains(classifier):
     model = classifier()
     head = 32 * 3 + 3
     assert freeze(model, "head") == (head, sum(p.numel() for p in model.parameters()))
@@ -68,7 +70,7 @@ def test_freezing_counts_what_trains():
         freeze(model, "middle")
 
 
-def test_bad_examples_are_refused():
+def test_bad_examples_are_refused(tiny_gpt):
     tok = BPETokenizer.from_merges([], special_tokens={ENDOFTEXT: 256})
     assert pad_id_of(tok) == 256
     with pytest.raises(ValueError, match="example 1 has label 3; labels must be integers 0..2"):
@@ -78,10 +80,10 @@ def test_bad_examples_are_refused():
     with pytest.raises(ValueError, match="no '<|endoftext|>' token to pad with"):
         pad_id_of(BPETokenizer.from_merges([]))
     with pytest.raises(ValueError, match="at least 2 classes"):
-        GPTClassifier(GPT(CONFIG), 1)
+        GPTClassifier(tiny_gpt(vocab_size=300), 1)
 
 
-def test_training_learns_a_task_that_needs_the_whole_text():
+def test_training_learns_a_task_that_needs_the_whole_text(classifier):
     """Class = which of three marker tokens appears, anywhere in a random text."""
     generator = torch.Generator().manual_seed(0)
 

@@ -1,19 +1,20 @@
+"""Corpora, splits, sliding windows, the data loader and prepare_data."""
+
 import hashlib
-import http.server
-import threading
 
 import pytest
 import torch
 
-from course_lib import data, files, tasks
+from course_lib import data, files
 from course_lib.data import (
     CORPORA,
     SlidingWindowDataset,
     load_corpus,
     make_dataloader,
+    prepare_data,
+    stdlib_docs,
     train_val_split,
 )
-from course_lib.files import DatasetUnavailableError, download
 
 
 def test_default_corpus_is_offline_english_text():
@@ -33,57 +34,6 @@ def test_registry_entries_have_checksums():
     for corpus in CORPORA.values():
         assert corpus.url.startswith("https://")
         assert len(corpus.sha256) == 64 and int(corpus.sha256, 16) >= 0
-
-
-@pytest.fixture
-def server(tmp_path):
-    """A throwaway HTTP server on localhost serving tmp_path/served."""
-    served = tmp_path / "served"
-    served.mkdir()
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, directory=str(served), **kwargs)
-
-        def log_message(self, *args):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield served, f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
-
-
-def test_download_verifies_and_caches(server, tmp_path):
-    served, url = server
-    payload = b"To be, or not to be\n" * 1000
-    (served / "play.txt").write_bytes(payload)
-    target = tmp_path / "cache" / "play.txt"
-    sha = hashlib.sha256(payload).hexdigest()
-    assert download(f"{url}/play.txt", target, sha) == target
-    assert target.read_bytes() == payload
-    (served / "play.txt").unlink()  # a second call must not touch the network
-    assert download(f"{url}/play.txt", target, sha) == target
-    assert list(target.parent.iterdir()) == [target]
-
-
-def test_checksum_mismatch_leaves_no_file(server, tmp_path):
-    served, url = server
-    (served / "play.txt").write_bytes(b"tampered")
-    target = tmp_path / "cache" / "play.txt"
-    with pytest.raises(DatasetUnavailableError, match="expected " + "0" * 64):
-        download(f"{url}/play.txt", target, "0" * 64)
-    assert list(target.parent.iterdir()) == []
-
-
-def test_offline_download_fails_with_advice(tmp_path):
-    # Port 9 on localhost: nothing listens there, as when the network is down.
-    target = tmp_path / "x.txt"
-    with pytest.raises(DatasetUnavailableError, match="Are you offline.*load_corpus\\('stdlib-docs'\\)"):
-        download("http://127.0.0.1:9/x.txt", target, "0" * 64, timeout=5)
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_load_corpus_uses_registry_and_cache(server, tmp_path, monkeypatch):
@@ -153,91 +103,13 @@ def test_dataloader_too_little_data_raises():
         make_dataloader(torch.arange(20), context_length=8, batch_size=4)
 
 
-# --------------------------------------------------------------------------------------
-# labelled texts for classification
-# --------------------------------------------------------------------------------------
-
-
-def test_docstring_areas_properties():
-    """Docstrings change between Python versions: check properties, not counts."""
-    labelled = tasks.docstring_areas()
-    texts = {split: [t for t, _ in getattr(labelled, split)] for split in tasks.SPLITS}
-    everything = [t for split in tasks.SPLITS for t in texts[split]]
-    assert len(everything) >= 800 and len(set(everything)) == len(everything)  # no duplicates, no leaks
-    assert labelled.label_names == list(tasks.DOCSTRING_AREAS)
-    counts = labelled.counts()
-    assert all(n > 0 for split in tasks.SPLITS for n in counts[split]), counts  # every area in every split
-    largest = max(sum(counts[s][k] for s in tasks.SPLITS) for k in range(len(labelled.label_names)))
-    assert largest / len(everything) < 0.45
-    assert 0.7 < len(texts["train"]) / len(everything) < 0.9
-    assert all(len(t.split()) >= 4 and "\n" not in t for t in everything)
-    assert all(tasks.split_of(t) == split for split in tasks.SPLITS for t in texts[split])
-    # a function re-exported by another module keeps its own module's area (statistics imports reduce)
-    reduce_doc = tasks.first_sentence(__import__("functools").reduce.__doc__)
-    assert all(t != reduce_doc for t in everything)
-
-
-def test_the_split_depends_on_the_text_alone():
-    examples = [(f"example number {k} of many", k % 3) for k in range(300)]
-    a = tasks._split(examples, ["a", "b", "c"])
-    b = tasks._split(list(reversed(examples)), ["a", "b", "c"])
-    assert a == b and {len(a.train), len(a.val), len(a.test)} != {0}
-
-
-def test_sms_spam_downloads_checks_and_extracts(server, tmp_path, monkeypatch):
-    import io
-    import zipfile
-
-    served, url = server
-    table = "ham\tOk lar... Joking wif u oni...\nspam\tFree entry in 2 a wkly comp to win FA Cup\nham\tSee you\n"
-    archive = io.BytesIO()
-    with zipfile.ZipFile(archive, "w") as z:
-        z.writestr("readme", "the SMS Spam Collection")
-        z.writestr(tasks.SMS_SPAM_MEMBER, table)
-    (served / "sms.zip").write_bytes(archive.getvalue())
-    source = files.RemoteFile(f"{url}/sms.zip", hashlib.sha256(archive.getvalue()).hexdigest(), "sms.zip", "test")
-    monkeypatch.setattr(tasks, "SMS_SPAM_MEMBER_SHA256", "0" * 64)
-    with pytest.raises(DatasetUnavailableError, match="has SHA-256 .* expected 0{64}; nothing was extracted"):
-        tasks.sms_spam(tmp_path / "cache", source)
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["sms.zip"]  # no half-extracted file
-    monkeypatch.setattr(tasks, "SMS_SPAM_MEMBER_SHA256", hashlib.sha256(table.encode()).hexdigest())
-    sms = tasks.sms_spam(tmp_path / "cache", source)
-    assert sms.label_names == ["ham", "spam"]
-    assert sorted(sms.train + sms.val + sms.test) == sorted(
-        [("Ok lar... Joking wif u oni...", 0), ("Free entry in 2 a wkly comp to win FA Cup", 1), ("See you", 0)]
-    )
-    (served / "sms.zip").unlink()  # cached: no network needed the second time
-    assert tasks.sms_spam(tmp_path / "cache", source) == sms
-
-
-def test_the_sms_spam_entry_is_the_published_file():
-    assert tasks.SMS_SPAM.url.startswith("https://archive.ics.uci.edu/")
-    assert tasks.SMS_SPAM.sha256 == "1587ea43e58e82b14ff1f5425c88e17f8496bfcdb67a583dbff9eefaf9963ce3"
-    assert tasks.SMS_SPAM_MEMBER_SHA256 == "7d039a24a6083ed9ef0f806ebad56bbb976e3aeb8de05669173bfdc4996c239d"
-
-
-def test_the_books_instructions_download_checks_and_split(server, tmp_path):
-    import json
-
-    served, url = server
-    entries = [
-        {"instruction": "Give a synonym of 'fast'.", "input": "", "output": "Quick."},
-        {"instruction": "Translate to French.", "input": "Good morning", "output": "Bonjour."},
-        {"instruction": "Name a prime number.", "input": "", "output": "7."},
-    ]
-    payload = json.dumps(entries).encode()
-    (served / "instructions.json").write_bytes(payload)
-    source = files.RemoteFile(f"{url}/instructions.json", hashlib.sha256(payload).hexdigest(), "i.json", "test")
-    book = tasks.book_instructions(tmp_path / "cache", source)
-    assert sorted(map(str, book.train + book.val + book.test)) == sorted(map(str, entries))
-    for split in ("train", "val", "test"):
-        assert all(tasks.split_of(e["instruction"] + e["input"]) == split for e in getattr(book, split))
-    wrong = files.RemoteFile(source.url, "0" * 64, "other.json", "test")
-    with pytest.raises(DatasetUnavailableError, match="expected 0{64}"):
-        tasks.book_instructions(tmp_path / "cache", wrong)
-    (served / "broken.json").write_bytes(b'[{"instruction": "x"}]')
-    broken = files.RemoteFile(
-        f"{url}/broken.json", hashlib.sha256(b'[{"instruction": "x"}]').hexdigest(), "b.json", "t"
-    )
-    with pytest.raises(DatasetUnavailableError, match="entry 0: expected the keys instruction, input and output"):
-        tasks.book_instructions(tmp_path / "cache", broken)
+def test_prepare_data_trains_the_tokenizer_on_training_text_with_document_ends():
+    data = prepare_data("stdlib-docs", "bpe", vocab_size=300)
+    assert data.tokenizer.vocab_size == 300 and data.eos_id == 299
+    ends = int((data.train_ids == data.eos_id).sum() + (data.val_ids == data.eos_id).sum())
+    assert ends == len(stdlib_docs()) - 1 and data.val_ids[0] == data.eos_id  # split between topics
+    assert data.tokenizer.decode(data.train_ids[:200].tolist()).startswith('The "assert" statement')
+    chars = prepare_data("stdlib-docs", "char")
+    assert chars.eos_id is None and len(chars.train_ids) == pytest.approx(9 * len(chars.val_ids), rel=0.01)
+    with pytest.raises(ValueError, match="unknown tokenizer 'words'"):
+        prepare_data(tokenizer="words")

@@ -7,9 +7,8 @@ from course_lib.tokenization import BPETokenizer
 
 
 @pytest.fixture
-def model():
-    torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=50, context_length=8, n_layers=1, n_heads=2, d_model=16))
+def model(tiny_gpt):
+    return tiny_gpt(vocab_size=50, context_length=8, n_layers=1, d_model=16)
 
 
 def test_greedy_is_the_argmax_loop_with_cropping(model):

@@ -1,10 +1,9 @@
-"""Instruction fine-tuning: prompt formats, the -100 collate, training, evaluation helpers."""
+"""Instruction fine-tuning: prompt formats, the -100 collate, the loss, training, special tokens."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.evaluation import areas_named, exact_match, has_expected_form, option_scores
 from course_lib.finetuning import FineTuneConfig
 from course_lib.instruct import (
     ALPACA_PREAMBLE,
@@ -22,67 +21,12 @@ from course_lib.instruct import (
 )
 from course_lib.model import GPT, GPTConfig
 from course_lib.pretrained import load_pretrained
-from course_lib.tasks import (
-    AREA_INSTRUCTION,
-    DOCSTRING_AREAS,
-    docs_instructions,
-    docs_multiple_choice,
-    docstring_areas,
-    split_of,
-)
 
 PAD = 0  # the end-of-text id in these hand-made batches
 
-
-@pytest.fixture(scope="module")
-def instructions():
-    return docs_instructions()
-
-
-@pytest.fixture(scope="module")
-def course():
-    return load_pretrained()
-
-
-# -- data -----------------------------------------------------------------------------------------
-
-
-def test_the_docs_assistant_set_has_every_kind_in_every_split(instructions):
-    kinds = instructions.kinds()
-    assert set(kinds) == {"describe", "name", "area", "explain"}
-    assert all(n > 0 for counts in kinds.values() for n in counts)
-    for split in ("train", "val", "test"):
-        for e in getattr(instructions, split):
-            assert set(e) == {"instruction", "input", "output", "kind"} and e["output"].strip()
-            fact = e["input"] if e["kind"] in ("name", "area") else e["output"]
-            if e["kind"] != "explain":
-                assert split_of(fact) == split  # held out by fact: a test sentence is never trained on
-            if e["kind"] == "explain":
-                assert "::=" not in e["output"]  # no grammar lines
-
-
-def test_area_instructions_agree_with_chapter_10(instructions):
-    areas = docstring_areas()
-    labelled = {text: areas.label_names[y] for text, y in areas.train + areas.val + areas.test}
-    for e in instructions.train + instructions.test:
-        if e["kind"] == "area":
-            assert e["instruction"] == AREA_INSTRUCTION and labelled[e["input"]] == e["output"]
-
-
-def test_multiple_choice_questions_hold_their_answer_once(instructions):
-    questions = docs_multiple_choice(instructions.test, n_options=4)
-    describe = {e["instruction"]: e["output"] for e in instructions.test if e["kind"] == "describe"}
-    assert len(questions) == len(describe)
-    for q in questions:
-        assert len(q["options"]) == len(set(q["options"])) == 4
-        assert q["options"][q["answer"]] == describe[q["question"]]
-    assert docs_multiple_choice(instructions.test) == questions  # deterministic
-    assert len({q["answer"] for q in questions}) == 4  # the right answer is not always in one place
-
+EXAMPLE = {"instruction": "Name the area.", "input": "Return the sine of x.", "output": "numbers and maths"}
 
 # -- prompt formats --------------------------------------------------------------------------------
-
-EXAMPLE = {"instruction": "Name the area.", "input": "Return the sine of x.", "output": "numbers and maths"}
 
 
 def test_prompt_formats():
@@ -177,36 +121,3 @@ def test_new_special_tokens_leave_the_old_outputs_unchanged(course):
     assert grown_tokenizer.encode(f"{USER}hi{ASSISTANT}", allowed_special="all")[0] == V
     with pytest.raises(ValueError, match="already has the special tokens"):
         add_special_tokens(grown, grown_tokenizer, [USER])
-
-
-# -- evaluation ---------------------------------------------------------------------------------------------
-
-
-def test_expected_forms():
-    assert has_expected_form({"kind": "describe"}, "Return the square root of x.")
-    assert not has_expected_form({"kind": "describe"}, "Return the square root of")
-    assert has_expected_form({"kind": "name"}, "`math.sqrt()`") and has_expected_form({"kind": "name"}, "`os.Path`")
-    assert not has_expected_form({"kind": "name"}, "math.sqrt()") and not has_expected_form({"kind": "name"}, "`a b`")
-    assert all(has_expected_form({"kind": "area"}, area) for area in DOCSTRING_AREAS)
-    assert not has_expected_form({"kind": "area"}, "maths")
-    assert exact_match(" text\n", "text") and not exact_match("Text", "text")
-    with pytest.raises(ValueError, match="no expected form"):
-        has_expected_form({"kind": "poem"}, "x")
-    assert areas_named("This is about Networking.") == ["networking"]
-    assert areas_named("Text, or dates and time?") == ["text", "dates and time"] and areas_named("no idea") == []
-
-
-def test_option_scores_are_log_probabilities_of_the_options():
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=12, context_length=16, n_layers=1, n_heads=2, d_model=8)).eval()
-    prompt, options = [1, 2, 3], [[4], [5, 6]]
-    scores = option_scores(model, prompt, options, per_token=False)
-    with torch.no_grad():
-        logp = F.log_softmax(model(torch.tensor([[1, 2, 3, 5, 6]])), dim=-1)[0]
-    assert scores[1] == pytest.approx((logp[2, 5] + logp[3, 6]).item(), abs=1e-5)
-    assert option_scores(model, prompt, options)[1] == pytest.approx(scores[1] / 2, abs=1e-6)
-    assert sum(torch.tensor(option_scores(model, prompt, [[t] for t in range(12)], per_token=False)).exp()) == (
-        pytest.approx(1.0, abs=1e-5)
-    )  # one-token options: a probability distribution over the vocabulary
-    with pytest.raises(ValueError, match="at least one token"):
-        option_scores(model, prompt, [[4], []])

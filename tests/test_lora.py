@@ -5,15 +5,9 @@ import torch
 import torch.nn as nn
 
 from course_lib.lora import LoRALinear, apply_lora, merge_lora
-from course_lib.model import GPT, GPTConfig, count_trainable
+from course_lib.model import count_trainable
 
-CONFIG = GPTConfig(vocab_size=50, context_length=16, n_layers=2, n_heads=2, d_model=32)
 TARGETS = ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
-
-
-def tiny_gpt(seed: int = 0) -> GPT:
-    torch.manual_seed(seed)
-    return GPT(CONFIG).eval()
 
 
 def test_a_wrapped_layer_starts_identical_and_scales_by_alpha_over_r():
@@ -30,8 +24,8 @@ def test_a_wrapped_layer_starts_identical_and_scales_by_alpha_over_r():
     torch.testing.assert_close(lora.delta_weight(), 2.5 * lora.lora_B @ lora.lora_A)
 
 
-def test_merging_folds_the_update_into_the_weight():
-    model = tiny_gpt()
+def test_merging_folds_the_update_into_the_weight(tiny_gpt):
+    model = tiny_gpt(vocab_size=50).eval()
     apply_lora(model, TARGETS, r=4, alpha=8)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -44,8 +38,8 @@ def test_merging_folds_the_update_into_the_weight():
     torch.testing.assert_close(model(idx), before, atol=1e-5, rtol=1e-5)
 
 
-def test_apply_lora_trains_only_the_low_rank_matrices():
-    model = tiny_gpt()
+def test_apply_lora_trains_only_the_low_rank_matrices(tiny_gpt):
+    model = tiny_gpt(vocab_size=50).eval()
     _, total = count_trainable(model)
     names = apply_lora(model, ["attn.c_attn", "mlp.c_fc"], r=2)
     assert names == ["transformer.h.0.attn.c_attn", "transformer.h.0.mlp.c_fc",
@@ -56,18 +50,18 @@ def test_apply_lora_trains_only_the_low_rank_matrices():
     assert all(("lora_" in n) == p.requires_grad for n, p in model.named_parameters())
 
 
-def test_lora_errors_name_the_problem():
+def test_lora_errors_name_the_problem(tiny_gpt):
     with pytest.raises(ValueError, match="rank r must be a positive integer, got 0"):
         LoRALinear(nn.Linear(4, 4), r=0)
     with pytest.raises(TypeError, match="wraps an nn.Linear, got Embedding"):
         LoRALinear(nn.Embedding(4, 4))
     with pytest.raises(ValueError, match=r"no linear layer of this model is named like \['attn.q_proj'\].*attn.c_attn"):
-        apply_lora(tiny_gpt(), ["attn.q_proj"])
+        apply_lora(tiny_gpt(vocab_size=50).eval(), ["attn.q_proj"])
 
 
-def test_same_outputs_and_gradients_as_peft():
+def test_same_outputs_and_gradients_as_peft(tiny_gpt):
     peft = pytest.importorskip("peft")
-    ours, theirs = tiny_gpt(), tiny_gpt()
+    ours, theirs = tiny_gpt(vocab_size=50).eval(), tiny_gpt(vocab_size=50).eval()
     apply_lora(ours, TARGETS, r=4, alpha=16)
     theirs = peft.get_peft_model(
         theirs, peft.LoraConfig(r=4, lora_alpha=16, target_modules=TARGETS, lora_dropout=0.0, bias="none")

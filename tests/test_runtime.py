@@ -76,3 +76,22 @@ def test_course_device_forces_a_device_and_says_what_is_wrong(monkeypatch):
     monkeypatch.setenv(runtime.DEVICE_ENV, "mps")
     with pytest.raises(RuntimeError, match="has no MPS device"):
         runtime.get_device()
+
+
+def test_evaluating_restores_the_mode_it_found_also_after_an_error():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
+    for training in (True, False):
+        model.train(training)
+        with runtime.evaluating(model) as inside:
+            assert inside is model and not model.training and not model[1].training
+        assert model.training == training and model[1].training == training
+        with pytest.raises(KeyError, match="boom"):
+            with runtime.evaluating(model):
+                assert not model.training
+                raise KeyError("boom")
+        assert model.training == training and model[1].training == training
+
+
+def test_model_device_is_where_the_parameters_live():
+    assert runtime.model_device(torch.nn.Linear(2, 2)) == torch.device("cpu")
+    assert runtime.model_device(torch.nn.Linear(2, 2, device="meta")) == torch.device("meta")
