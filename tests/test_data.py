@@ -1,6 +1,10 @@
 """Corpora, splits, sliding windows, the data loader and prepare_data."""
 
 import hashlib
+import importlib.util
+import platform
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +19,8 @@ from course_lib.data import (
     stdlib_docs,
     train_val_split,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_default_corpus_is_offline_english_text():
@@ -113,3 +119,33 @@ def test_prepare_data_trains_the_tokenizer_on_training_text_with_document_ends()
     assert chars.eos_id is None and len(chars.train_ids) == pytest.approx(9 * len(chars.val_ids), rel=0.01)
     with pytest.raises(ValueError, match="unknown tokenizer 'words'"):
         prepare_data(tokenizer="words")
+
+
+def load_make_data_assets():
+    spec = importlib.util.spec_from_file_location("make_data_assets", ROOT / "scripts" / "make_data_assets.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_shipped_documentation_is_what_the_script_makes():
+    """The corpus and the docstrings ship as an asset so every Python computes the same numbers;
+    on the Python it was made with, the script must make exactly the shipped bytes."""
+    shipped = data.python_docs()
+    assert shipped["python"] == "3.11.7"
+    assert data.stdlib_docs_sha256() == "0868d274662968a7eaa1ea30a1614e965d45bdfb3d8c9b653e55697dbc0e1982"
+    assert len(shipped["docstrings"]) == 1_472
+    if platform.python_version() != shipped["python"]:
+        pytest.skip(f"the asset was made with Python {shipped['python']}; this is {platform.python_version()}")
+    assert load_make_data_assets().asset_bytes() == data.PYTHON_DOCS.read_bytes(), (
+        "course_lib/assets/python_docs.json.gz is stale: run python scripts/make_data_assets.py"
+    )
+
+
+def test_the_shipped_text_is_pythons_own_documentation():
+    """On Python 3.11 the asset holds exactly what pydoc_data ships (the corpus, not a copy of it)."""
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip("pydoc_data of another Python holds other text")
+    from pydoc_data.topics import topics
+
+    assert data.stdlib_docs() == [topics[key] for key in sorted(topics)]
