@@ -31,6 +31,8 @@ checks that the two agree. One module per idea:
 - ``plotting``       the figures and token colourings the notebooks show
 - ``widgets``        interactive explorers (ipywidgets)
 - ``exercises``      self-checks for the exercises at the end of each notebook
+- ``hidden_cases``   the instructor's cases for every exercise, larger and nastier than the visible ones
+- ``grading``        grade a class's notebooks: exercises checked outside the student's kernel
 """
 
 __version__ = "0.1.0"

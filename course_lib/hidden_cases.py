@@ -1,0 +1,407 @@
+"""The instructor's cases: for every exercise, a larger and nastier set than the one students see.
+
+``check()`` in a student's notebook tries the visible cases of ``exercises.py``; the grader
+(``grading.py``) tries those *and* these, so "all cases passed" in a notebook does not mean full
+marks. Students' notebooks never import this module. Each set is built here, once, in the order of
+the course; the expected answers still come from each exercise's reference in ``exercises.py``.
+``tests/test_grading.py`` checks every set against a correct solution and against the typical
+mistakes of ``tests/test_exercises.py``: a correct solution passes all of it, each mistake fails
+some of it.
+
+What makes a case nasty: edge sizes (empty, one token, one head, d = 2), extra batch dimensions,
+values that break naive formulas (huge, tiny, -inf), ties, non-contiguous tensors, inputs that
+never occur in the visible cases (token ids that do not start at 0, a pad id other than 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .exercises import Case
+
+HIDDEN: dict[str, Callable[[], list[Case]]] = {}  # exercise name -> its hidden cases, course order
+
+
+def hidden(name: str) -> Callable[[Callable[[], list[Case]]], Callable[[], list[Case]]]:
+    """Register the hidden cases of exercise ``name`` (built afresh for every use)."""
+
+    def register(cases: Callable[[], list[Case]]) -> Callable[[], list[Case]]:
+        if name in HIDDEN:
+            raise ValueError(f"hidden cases for {name!r} are defined twice")
+        HIDDEN[name] = cases
+        return cases
+
+    return register
+
+
+def _g(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(1000 + seed)
+
+
+# == 00 · Language models and PyTorch ======================================================
+
+
+@hidden("bigram-counts")
+def _bigram() -> list[Case]:
+    g = _g(0)
+    return [
+        Case(([], 3), "no tokens: all zeros"),
+        Case(([2], 4), "one token: no pairs"),
+        Case(([4, 4], 5), "only the largest id"),
+        Case(([0, 1, 2, 3, 4, 5], 8), "a chain, ids 6 and 7 unseen"),
+        Case(([1, 0] * 50, 2), "alternating tokens"),
+        Case((torch.randint(3, 20, (500,), generator=g).tolist(), 24), "500 random tokens, ids 3..19 of 24"),
+        Case((torch.randint(0, 64, (2000,), generator=g).tolist(), 64), "2,000 random tokens, 64 ids"),
+    ]
+
+
+@hidden("logsumexp")
+def _logsumexp() -> list[Case]:
+    g = _g(1)
+    return [
+        Case((torch.tensor([5.0]),), "one element: itself"),
+        Case((torch.tensor([1e4, 0.0, -1e4]),), "huge values of both signs"),
+        Case((torch.tensor([float("-inf"), 0.0, -3.0]),), "a -inf entry counts as zero probability"),
+        Case((torch.randn(3, 4, 5, generator=g) * 3000,), "(3, 4, 5): logsumexp over the last dim only"),
+        Case((torch.randn(6, 7, generator=g).T * 40,), "a non-contiguous (7, 6) tensor"),
+        Case((torch.zeros(1000),), "1,000 zeros: log 1000"),
+        Case((torch.tensor([[-5e4, -5e4 - 1.0], [2e4, 2e4]], dtype=torch.float64),), "float64, far from 0"),
+    ]
+
+
+# == 01 · Tokenization =====================================================================
+
+
+@hidden("pair-counts")
+def _pairs() -> list[Case]:
+    g = _g(2)
+    return [
+        Case(([],), "no tokens: no pairs"),
+        Case(([3, 4],), "one pair"),
+        Case(([1, 1, 1, 1, 1],), "a run of five: (1, 1) four times"),
+        Case(([1, 2] * 20,), "alternating: (1, 2) 20 times, (2, 1) 19 times"),
+        Case((list("héllo wörld héllo".encode()),), "UTF-8 bytes with accents"),
+        Case((torch.randint(250, 255, (300,), generator=g).tolist(),), "300 random ids of 5 values"),
+    ]
+
+
+@hidden("merge")
+def _merge() -> list[Case]:
+    g = _g(3)
+    return [
+        Case(([6] * 7, (6, 6), 99), "seven in a row: three merges and one left"),
+        Case(([1, 2, 3, 3], (3, 3), 300), "the pair at the very end"),
+        Case(([5], (5, 5), 256), "one token"),
+        Case(([2, 1, 2, 1, 2], (2, 1), 256), "overlapping alternation"),
+        Case(([1, 1, 2], (1, 2), 256), "the first token of a run is not part of the pair"),
+        Case((torch.randint(0, 4, (300,), generator=g).tolist(), (1, 2), 4), "300 random tokens"),
+    ]
+
+
+# == 02 · Embeddings and training data =====================================================
+
+
+@hidden("sliding-windows")
+def _windows() -> list[Case]:
+    g = _g(4)
+    return [
+        Case((list(range(5)), 4, 1), "exactly one window"),
+        Case((list(range(20)), 3, 5), "stride larger than the context"),
+        Case((list(range(6)), 1, 1), "context 1"),
+        Case((torch.randint(0, 50, (40,), generator=g).tolist(), 8, 8), "random ids, stride = context"),
+        Case((torch.randint(100, 200, (200,), generator=g).tolist(), 16, 7), "200 ids, context 16, stride 7"),
+    ]
+
+
+@hidden("one-hot-embedding")
+def _one_hot() -> list[Case]:
+    g = _g(5)
+    return [
+        Case((torch.tensor([1, 1, 1, 1]), torch.randn(3, 5, generator=g)), "the same id four times"),
+        Case((torch.tensor([6, 0]), torch.randn(7, 2, generator=g)), "the last row of the table"),
+        Case((torch.randint(0, 7, (2, 3, 4), generator=g), torch.randn(7, 5, generator=g)), "(2, 3, 4) ids"),
+        Case((torch.randint(0, 1000, (4, 32), generator=g), torch.randn(1000, 16, generator=g)), "V = 1000"),
+    ]
+
+
+# == 03 · The MLP language model ===========================================================
+
+
+@hidden("cross-entropy")
+def _cross_entropy() -> list[Case]:
+    g = _g(6)
+    return [
+        Case((torch.randn(64, 100, generator=g) * 3, torch.randint(0, 100, (64,), generator=g)), "64 x 100"),
+        Case((torch.tensor([[1e4, -1e4, 0.0]]), torch.tensor([1])), "huge logits, the least likely target"),
+        Case((torch.tensor([[-1000.0, -1001.0], [-1000.0, -999.0]]), torch.tensor([1, 0])), "very negative"),
+        Case((torch.randn(5, 4, generator=g), torch.tensor([3, 3, 3, 3, 3])), "every target the last class"),
+        Case((torch.randn(3, 1, generator=g), torch.tensor([0, 0, 0])), "one class: loss 0"),
+        Case((torch.randn(4, 6, generator=g, dtype=torch.float64), torch.tensor([5, 1, 0, 2])), "float64"),
+    ]
+
+
+@hidden("context-windows")
+def _context() -> list[Case]:
+    g = _g(7)
+    return [
+        Case((torch.randint(1, 30, (3, 10), generator=g), 5, 0), "B=3, T=10, context 5"),
+        Case((torch.tensor([[1, 2, 3, 4]]), 3, 7), "pad id 7"),
+        Case((torch.tensor([[5], [6]]), 3, 0), "one token per row"),
+        Case((torch.tensor([[1, 2, 3]]), 3, 0), "context = T"),
+        Case((torch.randint(0, 99, (8, 32), generator=g), 8, 99), "B=8, T=32, context 8, pad 99"),
+    ]
+
+
+# == 04 · Self-attention ===================================================================
+
+
+@hidden("attention")
+def _attention() -> list[Case]:
+    g = _g(8)
+
+    def r(*shape, scale=1.0, dtype=torch.float32):
+        return torch.randn(*shape, generator=g, dtype=dtype) * scale
+
+    return [
+        Case((r(3, 4), r(6, 4), r(6, 2)), "3 queries, 6 keys: not square"),
+        Case((r(2, 3, 5, 8), r(2, 3, 5, 8), r(2, 3, 5, 8)), "(B, H, T, d) = (2, 3, 5, 8)"),
+        Case((r(4, 8, scale=10), r(4, 8, scale=10), r(4, 3)), "large scores: nearly one-hot weights"),
+        Case((r(32, 64), r(32, 64), r(32, 64)), "T = 32, d = 64"),
+        Case((r(1, 6), r(1, 6), r(1, 6)), "one token: the output is v"),
+        Case((r(5, 16, dtype=torch.float64), r(5, 16, dtype=torch.float64), r(5, 4, dtype=torch.float64)), "float64"),
+    ]
+
+
+@hidden("causal-softmax")
+def _causal() -> list[Case]:
+    g = _g(9)
+    return [
+        Case((torch.randn(1, 1, generator=g),), "T = 1: weight 1"),
+        Case((torch.randn(32, 32, generator=g) * 10,), "T = 32, large scores"),
+        Case((torch.randn(2, 3, 5, 5, generator=g),), "(B, H, T, T)"),
+        Case((torch.randn(4, 4, generator=g) * 1e4,), "huge scores"),
+        Case((torch.randn(3, 7, 7, generator=g, dtype=torch.float64),), "float64"),
+    ]
+
+
+# == 05 · Causal masking and multi-head attention ==========================================
+
+
+@hidden("split-heads")
+def _split() -> list[Case]:
+    g = _g(10)
+    return [
+        Case((torch.randn(2, 3, 8, generator=g), 1), "one head"),
+        Case((torch.randn(2, 3, 4, generator=g), 4), "head size 1"),
+        Case((torch.randn(4, 16, 64, generator=g), 8), "(4, 16, 64), 8 heads"),
+        Case((torch.randn(2, 12, 5, generator=g).transpose(1, 2), 3), "a non-contiguous input"),
+        Case((torch.arange(24.0).view(1, 4, 6), 2), "readable values, T = 4"),
+    ]
+
+
+@hidden("merge-heads")
+def _merge_heads() -> list[Case]:
+    g = _g(11)
+    return [
+        Case((torch.randn(2, 1, 3, 4, generator=g),), "one head"),
+        Case((torch.randn(2, 4, 3, 1, generator=g),), "head size 1"),
+        Case((torch.randn(3, 8, 10, 4, generator=g),), "(3, 8, 10, 4)"),
+        Case((torch.randn(2, 5, 3, 4, generator=g).transpose(1, 2),), "a non-contiguous input"),
+    ]
+
+
+# == 06 · Positional encodings =============================================================
+
+
+@hidden("sinusoidal-encoding")
+def _sinusoidal() -> list[Case]:
+    return [
+        Case((64, 64), "T=64, d=64"),
+        Case((1, 64), "one position, d=64"),
+        Case((100, 2), "T=100, d=2"),
+        Case((10, 128), "T=10, d=128"),
+    ]
+
+
+@hidden("rope")
+def _rope() -> list[Case]:
+    g = _g(12)
+    return [
+        Case((torch.randn(4, 6, generator=g), torch.tensor([0, 5, 30, 3])), "positions out of order"),
+        Case((torch.randn(4, 2, generator=g), torch.arange(4)), "d=2"),
+        Case((torch.randn(4, 6, 16, generator=g), torch.arange(6)), "(B, T, D) = (4, 6, 16)"),
+        Case((torch.randn(2, 3, 5, 8, generator=g), torch.arange(5)), "(B, H, T, D) = (2, 3, 5, 8)"),
+        Case((torch.randn(3, 32, generator=g), torch.tensor([0, 0, 0])), "position 0: unchanged"),
+    ]
+
+
+# == 07 · The transformer block and the GPT model ==========================================
+
+
+@hidden("layer-norm")
+def _layer_norm() -> list[Case]:
+    g = _g(13)
+    return [
+        Case((torch.randn(3, 1, generator=g), torch.ones(1), torch.randn(1, generator=g), 1e-5), "C=1: only bias"),
+        Case(
+            (torch.randn(4, 8, 64, generator=g) * 100 + 50, torch.randn(64, generator=g), torch.zeros(64), 1e-5),
+            "C=64, scale 100",
+        ),
+        Case((torch.randn(2, 5, generator=g) * 0.1, torch.ones(5), torch.zeros(5), 1.0), "eps = 1 dominates"),
+        Case((torch.randn(2, 6, generator=g), torch.zeros(6), torch.arange(6.0), 1e-5), "gamma 0: the output is beta"),
+        Case((torch.randn(5, 3, generator=g), torch.ones(3), torch.zeros(3), 1e-5), "C=3: biased variance"),
+    ]
+
+
+@hidden("gpt2-parameters")
+def _gpt2() -> list[Case]:
+    return [
+        Case((50257, 1024, 1280, 36), "GPT-2 large"),
+        Case((50257, 1024, 1600, 48), "GPT-2 XL"),
+        Case((65, 256, 384, 6), "a character-level model"),
+        Case((32000, 4096, 512, 8), "a long context"),
+        Case((1, 1, 1, 1), "every size 1"),
+    ]
+
+
+# == 08 · Pretraining ======================================================================
+
+
+@hidden("lr-schedule")
+def _lr() -> list[Case]:
+    return [
+        Case((10, 1e-3, 1e-4, 10, 110), "the first step after warmup: the peak"),
+        Case((0, 3e-4, 3e-5, 1, 50), "warmup of one step"),
+        Case((109, 1e-3, 1e-4, 10, 110), "the step before the end"),
+        Case((30, 5e-4, 5e-4, 10, 100), "min_lr = max_lr: flat"),
+        Case((4999, 6e-4, 6e-5, 100, 5000), "a long run, near the end"),
+        Case((0, 1e-3, 0.0, 0, 10), "no warmup, step 0: the peak"),
+        Case((2, 2e-3, 1e-3, 5, 20), "early in the warmup, min_lr above 0"),
+    ]
+
+
+@hidden("clip-grad-norm")
+def _clip() -> list[Case]:
+    g = _g(14)
+    return [
+        Case(([torch.full((4,), 5.0)], 1.0), "one tensor of norm 10"),
+        Case(([torch.tensor([6.0, 8.0]), torch.zeros(3), torch.tensor([[0.0]])], 5.0), "with zero gradients"),
+        Case(([torch.randn(10, 10, generator=g) * 3 for _ in range(5)], 0.5), "five (10, 10) gradients"),
+        Case(([torch.randn(7, generator=g), torch.randn(2, 2, generator=g)], 1e3), "far below max_norm"),
+        Case(([torch.tensor(3.0), torch.tensor(4.0)], 2.5), "0-dimensional gradients"),
+    ]
+
+
+# == 09 · Generating text ==================================================================
+
+
+@hidden("top-k")
+def _top_k() -> list[Case]:
+    g = _g(15)
+    return [
+        Case((torch.tensor([[2.0, -1.0, 0.5, 3.0, 1.0]]), 1), "k = 1: only the largest"),
+        Case((torch.tensor([[1.0, 1.0, 1.0, 0.0]]), 2), "ties with the k-th logit stay"),
+        Case((torch.randn(8, 1000, generator=g) * 3, 50), "8 rows of 1,000"),
+        Case((torch.tensor([[float("-inf"), 2.0, 1.0, 0.0]]), 2), "a logit already -inf"),
+        Case((torch.tensor([[-5.0, -7.0, -6.0]]), 2), "all negative"),
+    ]
+
+
+@hidden("top-p")
+def _top_p() -> list[Case]:
+    g = _g(16)
+    return [
+        Case((torch.tensor([[10.0, 0.0, 0.3, -1.0]]), 0.5), "one dominant token"),
+        Case((torch.tensor([[0.1, 0.2, 0.3, 0.4]]), 0.99), "p = 0.99: almost everything"),
+        Case((torch.tensor([[0.0, 3.0, 1.0, 2.0, -1.0]]), 0.8), "the likely tokens not at the front"),
+        Case((torch.randn(6, 50, generator=g) * 2, 0.9), "6 rows of 50"),
+        Case((torch.tensor([[1.0, float("-inf"), 0.0]]), 0.6), "a logit already -inf"),
+    ]
+
+
+# == 10 · Fine-tuning for classification ===================================================
+
+
+@hidden("last-token-pooling")
+def _pooling() -> list[Case]:
+    g = _g(17)
+    return [
+        Case((torch.randn(3, 4, 2, generator=g), torch.tensor([1, 1, 1])), "every text one token long"),
+        Case((torch.randn(1, 5, 3, generator=g), torch.tensor([3])), "one row, padded"),
+        Case((torch.randn(16, 32, 8, generator=g), torch.randint(1, 33, (16,), generator=g)), "16 random lengths"),
+        Case((torch.randn(2, 3, 4, generator=g), torch.tensor([2, 3], dtype=torch.int32)), "int32 lengths"),
+    ]
+
+
+@hidden("lora-forward")
+def _lora() -> list[Case]:
+    g = _g(18)
+
+    def r(*shape):
+        return torch.randn(*shape, generator=g)
+
+    return [
+        Case((r(4, 6), r(3, 6), r(3), r(1, 6), r(3, 1), 1.0, 1), "rank 1, a (N, in) input"),
+        Case((r(2, 5, 32), r(16, 32), r(16), r(8, 32), r(16, 8), 16.0, 8), "rank 8, alpha 16"),
+        Case((r(3, 6), r(5, 6), r(5), r(4, 6), r(5, 4), 1.0, 4), "alpha 1, r 4: scale 1/4"),
+        Case((r(2, 6), r(5, 6), r(5), r(2, 6), r(5, 2), 0.5, 2), "alpha below r"),
+    ]
+
+
+# == 11 · Instruction fine-tuning ==========================================================
+
+
+@hidden("instruct-collate")
+def _collate() -> list[Case]:
+    eot = 50256
+    return [
+        Case(([[11, 12, eot], [13, 14, eot]], eot), "equal lengths: no padding"),
+        Case(([[eot], [5, eot]], eot), "an empty answer beside a short one"),
+        Case(([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, eot], [3, eot], [4, 5, 6, eot]], eot), "lengths 12, 2 and 4"),
+        Case(([[7, eot], [8, eot], [9, 9, 9, 9, eot], [1, eot], [2, 2, eot]], eot), "five rows"),
+    ]
+
+
+@hidden("prompt-template")
+def _template() -> list[Case]:
+    return [
+        Case(("Summarise the text.", "\n\t "), "an input of whitespace only is left out"),
+        Case(("Line one.\nLine two.", "x = 1\n"), "a two-line instruction; the input's newline"),
+        Case(("Résumé ✓ du module `os`.", "Ça marche ?"), "accents and symbols"),
+        Case(("\n\nExplain this:\n\n", "  a\n\nb  "), "blank lines inside and around"),
+    ]
+
+
+# == 12 · Prompting, inference-time compute, and limits ====================================
+
+
+@hidden("few-shot-prompt")
+def _few_shot() -> list[Case]:
+    shots = [
+        ("Return the sine of x.", "numbers and maths"),
+        ("Open a socket.", "networking"),
+        ("Read a CSV file.", "files and data"),
+        ("Start a thread.", "concurrency"),
+        ("Format a date.", "text and time"),
+    ]
+    return [
+        Case((shots, "Compress data.\n"), "five examples; a newline after the question"),
+        Case((tuple(shots[:2]), "Sort a list."), "examples given as a tuple"),
+        Case(([("Café au lait ☕.", "food")], "Über alles."), "non-ASCII text"),
+        Case(([], "\t Parse JSON. \n"), "zero-shot, whitespace around the question"),
+    ]
+
+
+@hidden("majority-vote")
+def _vote() -> list[Case]:
+    g = _g(19)
+    return [
+        Case(([3],), "one answer"),
+        Case(([1, 2, 3],), "a three-way tie: the first"),
+        Case(([None, 4, 5, 5, 4],), "a tie after a None: the one seen first"),
+        Case(([None, None, None, 2],), "one readable answer among many None"),
+        Case((["b", "a", "a", "b", "c"],), "strings, a tie"),
+        Case((torch.randint(0, 4, (101,), generator=g).tolist(),), "101 answers"),
+    ]
