@@ -114,3 +114,15 @@ def test_baseline_and_confusion_matrix():
     assert majority_baseline([0, 1, 1, 2], [1, 1, 0, 2, 1]) == 3 / 5
     matrix = confusion_matrix([0, 1, 1, 2], [0, 1, 2, 2], 3)
     assert matrix.tolist() == [[1, 0, 0], [0, 1, 0], [0, 1, 1]]  # rows: truth, columns: prediction
+
+
+def test_bad_batches_and_lengths_get_clear_errors():
+    with pytest.raises(ValueError, match="empty batch"):
+        pad_batch([], pad_id=0, max_length=8)
+    features = torch.randn(2, 3, 4)
+    with pytest.raises(ValueError, match="between 1 and the row's 3 positions.*position -1"):
+        last_real_token(features, torch.tensor([0, 2]))  # would silently read the last padding token
+    with pytest.raises(ValueError, match="between 1 and the row's 3 positions"):
+        last_real_token(features, torch.tensor([4, 2]))  # would be a raw IndexError
+    with pytest.raises(ValueError, match="one length per row"):
+        last_real_token(features, torch.tensor([1, 2, 3]))

@@ -4,7 +4,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.evaluation import areas_named, exact_match, has_expected_form, option_scores
+from course_lib.evaluation import (
+    accuracy_text,
+    areas_named,
+    exact_match,
+    has_expected_form,
+    option_scores,
+    wilson_interval,
+)
 from course_lib.model import GPT, GPTConfig
 from course_lib.tasks import DOCSTRING_AREAS
 
@@ -52,3 +59,19 @@ def test_scores_from_a_cached_prefix_equal_scoring_everything_at_once(positional
         assert option_scores(model, prompt, options, per_token, cache=cache) == pytest.approx(expected, abs=1e-5)
     with pytest.raises(ValueError, match="cannot truncate a cache of 5 positions to 9"):
         cache.truncate(9)
+
+
+@pytest.mark.parametrize(
+    "correct, n, low, high",
+    [(46, 65, 0.5880, 0.8042), (0, 10, 0.0, 0.2775), (10, 10, 0.7225, 1.0), (50, 100, 0.4038, 0.5962)],
+)
+def test_wilson_interval_known_values(correct, n, low, high):
+    """Values from the closed form (Wilson, 1927; e.g. statsmodels' proportion_confint method='wilson')."""
+    assert wilson_interval(correct, n) == pytest.approx((low, high), abs=1e-4)
+    assert accuracy_text(correct, n).endswith(f"({correct}/{n})")
+
+
+def test_wilson_interval_refuses_impossible_counts():
+    for correct, n in [(1, 0), (-1, 5), (6, 5)]:
+        with pytest.raises(ValueError, match="need 0 <= correct <= n"):
+            wilson_interval(correct, n)

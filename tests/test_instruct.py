@@ -121,3 +121,16 @@ def test_new_special_tokens_leave_the_old_outputs_unchanged(course):
     assert grown_tokenizer.encode(f"{USER}hi{ASSISTANT}", allowed_special="all")[0] == V
     with pytest.raises(ValueError, match="already has the special tokens"):
         add_special_tokens(grown, grown_tokenizer, [USER])
+
+
+def test_malformed_instructions_and_empty_batches_get_clear_errors():
+    with pytest.raises(ValueError, match="has no 'instruction' key"):
+        format_prompt({"input": "x", "output": "y"})
+    with pytest.raises(ValueError, match="has no 'output' key"):
+        encode_instruction({"instruction": "Name it."}, None)
+    with pytest.raises(TypeError, match="a dict with the keys instruction, input, output; got str"):
+        format_prompt("What does len() do?")
+    with pytest.raises(TypeError, match="'input' must be text"):
+        format_prompt({"instruction": "Name it.", "input": 3, "output": "y"})
+    with pytest.raises(ValueError, match="empty batch"):
+        collate([], pad_id=PAD)
