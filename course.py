@@ -3,10 +3,12 @@
     python3 course.py lab       # install into .venv (first time only), open JupyterLab
     python3 course.py test      # install, then run every unit test and every notebook
     python3 course.py slides    # build an offline reveal.js deck per notebook into slides/
+    python3 course.py grade PATH... [--out DIR] [--timeout SECONDS]   # grade students' notebooks
 
 ``test`` runs the notebooks with the short CI training budget; ``test --full`` uses the
 full one; ``test --gpu`` runs every notebook on your GPU (CUDA or MPS) with all its assertions.
 Extra arguments after ``--`` go to pytest (``python3 course.py test -- -k bpe``).
+``grade`` writes ``DIR/grades.csv`` and a feedback file per student (see course_lib/grading.py).
 """
 
 from __future__ import annotations
@@ -53,13 +55,16 @@ def ensure_environment(requirements: str) -> Path:
 
 def main(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("", [])
-    if command not in ("lab", "test", "slides"):
+    if command not in ("lab", "test", "slides", "grade"):
         print(__doc__)
         return 2
     python = ensure_environment("requirements-test.txt" if command == "test" else "requirements.txt")
     env = dict(os.environ)
     if command == "slides":
         args = [str(python), str(ROOT / "scripts" / "build_slides.py"), *rest]
+    elif command == "grade":  # the CI budget on the CPU; paths stay relative to where you are
+        env.update(COURSE_BUDGET="ci", COURSE_DEVICE="cpu", PYTHONHASHSEED="0")
+        return subprocess.run([str(python), "-m", "course_lib.grading", *rest], env=env).returncode
     elif command == "lab":
         args = [str(python), "-m", "jupyterlab", str(ROOT / "notebooks"), *rest]
         if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root

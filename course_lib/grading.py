@@ -10,8 +10,11 @@ grades student copies of the course notebooks. How one notebook is graded:
    and computes the expected answers with the reference solutions.
 3. **The student's code runs elsewhere.** A fresh Python process (its own temporary working folder,
    memory and file-size limits, an audit hook refusing writes, deletes and new processes outside that
-   folder, output discarded) runs the notebook's code cells in order, with the CI training budget. The
-   statements that call ``check(...)`` are left out; right after an exercise's cell the process takes
+   folder, output discarded) runs, in order and with the CI training budget, the code cells the
+   exercises depend on: each exercise's cell and every earlier cell that binds or changes a name one of
+   them reads (``--every-cell`` runs them all). Training, plots and explorers are then skipped, and a
+   broken or endless cell the exercises do not need costs nothing. The statements that call
+   ``check(...)`` are left out; right after an exercise's cell the process takes
    the function the call named, calls it on the cases' *inputs* (only inputs are sent) and sends back
    what it returned, as tensors and plain values (read back with ``torch.load(weights_only=True)``:
    nothing the student's process sends can run code here).
@@ -204,9 +207,51 @@ class Plan:
     demonstrations: set[int] = field(default_factory=set)  # cells tagged raises-exception: errors expected
 
 
-def plan(cells: list[dict], exercises: Iterable[str]) -> Plan:
+def names_of(python: str) -> tuple[set[str] | None, set[str], set[str], set[str]]:
+    """What a cell does with names: those it may bind or change (None: any, as ``import *`` does),
+    those it reads (inside its functions too), those it imports, and those whose methods it calls."""
+    try:
+        tree = ast.parse(python)
+    except SyntaxError:
+        return set(), set(), set(), set()
+    bound: set[str] = set()
+    used: set[str] = set()
+    imported: set[str] = set()
+    called: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (bound if isinstance(node.ctx, (ast.Store, ast.Del)) else used).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None, used, imported, called
+                imported.add((alias.asname or alias.name).split(".")[0])
+                bound.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, ast.Global):
+            bound.update(node.names)
+        elif isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            base = node.value
+            while isinstance(base, (ast.Attribute, ast.Subscript)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                bound.add(base.id)  # F.softmax = ..., table[0] = ...: the object changes
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            base = node.func.value
+            while isinstance(base, (ast.Attribute, ast.Subscript)):
+                base = base.value
+            if isinstance(base, ast.Name):
+                called.add(base.id)  # items.append(...), model.load_state_dict(...): may change it
+    return bound, used, imported, called
+
+
+def plan(cells: list[dict], exercises: Iterable[str], every_cell: bool = False) -> Plan:
+    """The cells to run and where each exercise is graded. Unless ``every_cell``, only the cells an
+    exercise depends on run: those that bind (or change) a name that its cell, or a cell it depends on,
+    reads. Training, plots and explorers are then not run, and cannot fail or hang."""
     wanted = set(exercises)
-    code, last, demonstrations = [], {}, set()
+    code, last, demonstrations, names = [], {}, set(), []
     for number, cell in enumerate(cells, start=1):
         if cell.get("cell_type") != "code":
             continue
@@ -219,12 +264,25 @@ def plan(cells: list[dict], exercises: Iterable[str]) -> Plan:
             if name in wanted:
                 last[name] = (len(code), fn)
         code.append((number, runnable))
+        names.append(names_of(runnable))
+    modules = set().union(*(n[2] for n in names))  # torch.manual_seed(0) does not change what torch is
+    keep = set(range(len(code))) if every_cell else set()
+    for position, fn in last.values():
+        needed = set(names[position][1]) | names_of(fn)[1]
+        keep.add(position)
+        for earlier in range(position - 1, -1, -1):
+            bound, used, _, called = names[earlier]
+            if bound is None or (bound | (called - modules)) & needed:
+                keep.add(earlier)
+                needed |= used
+    kept = sorted(keep)
+    index = {position: k for k, position in enumerate(kept)}
     points: dict[int, list[tuple[str, str]]] = {}
     for name in exercises:
         if name in last:
             position, fn = last[name]
-            points.setdefault(position, []).append((name, fn))
-    return Plan(code, points, demonstrations)
+            points.setdefault(index[position], []).append((name, fn))
+    return Plan([code[k] for k in kept], points, demonstrations)
 
 
 # == the student's process ==================================================================
@@ -539,6 +597,7 @@ def grade_notebook(
     threads: int = 1,
     memory_gb: float = 6.0,
     label: str | None = None,
+    every_cell: bool = False,
 ) -> NotebookReport:
     """Grade one student's notebook (see the module's docstring); never raises for a bad notebook."""
     label = label or str(path)
@@ -552,7 +611,7 @@ def grade_notebook(
         reason = "not a copy of a course notebook (no exercise and no text cell in common with one)"
         return NotebookReport(label, None, [Grade(label, "", "error", feedback=reason)], [reason], 0.0)
     names = [n for n in copy_of.exercises if n in EXERCISES]
-    steps = plan(cells, names)
+    steps = plan(cells, names, every_cell)
     notes: list[str] = []
     grades: dict[str, Grade] = {}
     for name in names:
@@ -795,6 +854,7 @@ def grade_class(
     jobs: int | None = None,
     memory_gb: float = 6.0,
     course_folder: Path = COURSE_NOTEBOOKS,
+    every_cell: bool = False,
     log: Callable[[str], None] = print,
 ) -> list[NotebookReport]:
     """Grade every notebook under ``paths`` into ``out``/grades.csv and ``out``/feedback/*.md."""
@@ -807,7 +867,9 @@ def grade_class(
     (out / "feedback").mkdir(parents=True, exist_ok=True)
 
     def one(path: Path) -> NotebookReport:
-        report = grade_notebook(path, answers, course, timeout=timeout, threads=threads, memory_gb=memory_gb)
+        report = grade_notebook(
+            path, answers, course, timeout=timeout, threads=threads, memory_gb=memory_gb, every_cell=every_cell
+        )
         statuses = ", ".join(f"{g.exercise or 'file'} {g.status}" for g in report.grades)
         log(f"{path}: {statuses} ({report.seconds:.0f} s)")
         return report
@@ -837,10 +899,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="grades", help="folder for grades.csv and feedback/ (default: grades)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per cell and per exercise (default 60)")
     parser.add_argument("--jobs", type=int, default=None, help="notebooks graded at once (default: half the cores)")
+    parser.add_argument(
+        "--every-cell", action="store_true", help="run every code cell, not only those the exercises depend on"
+    )
     parser.add_argument("--memory", type=float, default=6.0, help="GiB of memory per notebook (default 6)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    reports = grade_class(args.paths, args.out, timeout=args.timeout, jobs=args.jobs, memory_gb=args.memory)
+    reports = grade_class(
+        args.paths, args.out, timeout=args.timeout, jobs=args.jobs, memory_gb=args.memory, every_cell=args.every_cell
+    )
     if not reports:
         print("no notebooks found under " + ", ".join(args.paths))
         return 2

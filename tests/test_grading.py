@@ -55,6 +55,17 @@ def test_answers_are_built_from_the_references_before_any_student_code():
     assert answers.inputs["attention"][0][0] is not EXERCISES["attention"].cases()[0].args[0]
 
 
+def test_only_the_cells_the_exercises_depend_on_run():
+    cells = [
+        new_cell(s)
+        for s in ("import torch\nx = 2", "train()", "y = x", 'def f(a):\n    return a * y\ncheck("merge", f)')
+    ]
+    cells.insert(1, {"cell_type": "markdown", "metadata": {}, "source": "# text"})
+    steps = grading.plan(cells, ["merge"])
+    assert [number for number, _ in steps.cells] == [1, 4, 5] and steps.points == {2: [("merge", "f")]}
+    assert len(grading.plan(cells, ["merge"], every_cell=True).cells) == 4
+
+
 def test_check_calls_are_found_and_left_out():
     found, code = grading.find_checks('def f(x):\n    return x\n\nprint(check("attention", f))\nx = 1\n')
     assert found == [("attention", "f")] and "check" not in code and "x = 1" in code
@@ -163,19 +174,21 @@ def graded(tmp_path_factory):
     outside.write_text("the instructor's file")
     work = tmp / "submitted"
     work.mkdir()
-    student(work, "right.ipynb", ATTENTION, CAUSAL)
+    helper = ATTENTION.replace("** 0.5", "** POWER")  # a name from an earlier cell of the student's
+    student(work, "right.ipynb", helper, CAUSAL, before=["POWER = 0.5"])
     student(work, "wrong.ipynb", UNSCALED)
     student(work, "partly.ipynb", TWO_D_ONLY, CAUSAL)
     student(work, "unattempted.ipynb", drop_attention=True)
     student(work, "tampering.ipynb", TAMPERING, "def my_causal_softmax(s):\n    return s\n\ncheck = print\n")
     student(work, "loops.ipynb", LOOPS, CAUSAL)
     student(work, "stubborn.ipynb", STUBBORN, CAUSAL)
-    crashes = [
-        "raise RuntimeError('the kernel crashed here')",
-        "import os\nos._exit(3)",
-        f"open({str(outside)!r}, 'w').write('overwritten')",
-        f"import os\nos.remove({str(outside)!r})",
-        "print('x' * 10_000_000)",
+    crashes = [  # each binds torch, so the exercises depend on it and it runs; the last one is not needed
+        "import torch\nraise RuntimeError('the kernel crashed here')",
+        "import os\nimport torch\nos._exit(3)",
+        f"import torch\nopen({str(outside)!r}, 'w').write('overwritten')",
+        f"import os\nimport torch\nos.remove({str(outside)!r})",
+        "import torch\nprint('x' * 10_000_000)",
+        "while True:\n    trained = True",
     ]
     student(work, "05_named_like_another_notebook.ipynb", ATTENTION, CAUSAL, before=crashes)
     (work / "essay.ipynb").write_text("Dear instructor, here is my essay.")
