@@ -127,6 +127,19 @@ def test_deck_in_a_real_browser(notebook, decks, browser):
     page.wait_for_timeout(2500)  # let MathJax finish re-typesetting the shown slide before the screenshot
     assert page.locator("section.present .jp-CodeCell").first.is_visible()
 
+    # No code is cut off at a slide's edge: show every slide with all its fragments and measure.
+    clipped = page.evaluate(
+        """() => { const found = [];
+                   for (const s of Reveal.getSlides()) {
+                     const i = Reveal.getIndices(s); Reveal.slide(i.h, i.v || 0);
+                     while (Reveal.nextFragment()) {}
+                     for (const p of s.querySelectorAll('pre'))
+                       if (p.scrollWidth > p.clientWidth + 1) found.push(p.textContent.slice(0, 60)); }
+                   return found; }"""
+    )
+    assert not clipped, f"code wider than its slide: {clipped[:3]}"
+    page.evaluate(f"Reveal.slide({h}, {v}); while (Reveal.nextFragment()) {{}}")
+
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{notebook.stem}.png"))
     found = list(problems)  # before closing: closing aborts requests still in flight
