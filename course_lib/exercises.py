@@ -30,7 +30,9 @@ from .generation import filter_logits
 from .instruct import collate, format_prompt
 from .model import GPTConfig, parameter_formula
 from .positional import rope_interleaved, sinusoidal_encoding
+from .preference import dpo_loss
 from .prompting import few_shot_prompt, majority_vote
+from .rl import group_advantages
 from .tokenization import get_pair_counts, merge_pair
 from .training import TrainConfig, lr_at
 
@@ -670,4 +672,40 @@ def _vote_cases() -> list[Case]:
         Case(([12, None, 7, None, None],), "unreadable answers (None) do not vote"),
         Case(([9, 5, 6, 6, 5],), "a tie between 5 and 6: the one seen first wins"),
         Case(([None, None],), "nothing readable: None"),
+    ]
+
+
+# == 13 · Learning from preferences and rewards ============================================
+
+
+@exercise(
+    "dpo-loss",
+    reference=lambda pc, pr, rc, rr, beta: dpo_loss(pc, pr, rc, rr, beta)[0],
+    hint="the implicit reward of an answer is beta * (policy log-prob - reference log-prob); the loss is "
+    "-F.logsigmoid(chosen reward - rejected reward), averaged over the pairs (mean, not sum)",
+)
+def _dpo_cases() -> list[Case]:
+    g = _seeded(13)
+    logps = -torch.rand(4, generator=g) * 10
+    policy_c, policy_r = -torch.rand(4, generator=g) * 10, -torch.rand(4, generator=g) * 10
+    return [
+        Case((logps, logps - 1, logps, logps - 1, 0.1), "the policy is the reference: log 2"),
+        Case((policy_c, policy_r, logps, logps - 2, 0.1), "four pairs, beta 0.1"),
+        Case((torch.tensor([-1.0]), torch.tensor([-9.0]), torch.tensor([-4.0]), torch.tensor([-4.0]), 0.5),
+             "one pair, beta 0.5"),
+    ]  # fmt: skip
+
+
+@exercise(
+    "group-advantages",
+    reference=lambda rewards: group_advantages(rewards),
+    hint="per group (row): subtract the row's mean and divide by the row's standard deviation plus 1e-4; "
+    "rewards.std(dim=1, keepdim=True) is Bessel-corrected (divides by G - 1), as TRL's is",
+)
+def _advantage_cases() -> list[Case]:
+    g = _seeded(14)
+    return [
+        Case((torch.tensor([[1.0, 0.0, 0.0, 0.0]]),), "one right answer out of four"),
+        Case((torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]]),), "two questions; all right: 0"),
+        Case((torch.rand(3, 5, generator=g),), "three questions, five answers, real-valued rewards"),
     ]

@@ -530,3 +530,35 @@ def test_an_exercise_name_is_defined_once():
     with pytest.raises(ValueError, match="'merge' is defined twice"):
         exercise("merge", reference=list, hint="")(lambda: [Case(([1, 2],))])
     assert EXERCISES["merge"].hint.startswith("scan left to right")
+
+
+# == 13 · Learning from preferences and rewards ============================================
+
+
+def dpo(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta):
+    chosen = beta * (policy_chosen - reference_chosen)
+    rejected = beta * (policy_rejected - reference_rejected)
+    return -F.logsigmoid(chosen - rejected).mean()
+
+
+SOLUTIONS["dpo-loss"] = dpo
+MISTAKES["dpo-loss"] = [
+    lambda pc, pr, rc, rr, beta: -F.logsigmoid(beta * (pc - pr)).mean(),  # no reference
+    lambda pc, pr, rc, rr, beta: dpo(pr, pc, rr, rc, beta),  # chosen and rejected swapped
+    lambda pc, pr, rc, rr, beta: dpo(pc, pr, rc, rr, 1.0),  # beta left out
+    lambda pc, pr, rc, rr, beta: -F.logsigmoid(beta * ((pc - rc) - (pr - rr))).sum(),  # summed, not averaged
+    lambda pc, pr, rc, rr, beta: -torch.sigmoid(beta * ((pc - rc) - (pr - rr))).mean(),  # sigmoid without the log
+]
+
+
+def advantages(rewards):
+    return (rewards - rewards.mean(dim=1, keepdim=True)) / (rewards.std(dim=1, keepdim=True) + 1e-4)
+
+
+SOLUTIONS["group-advantages"] = advantages
+MISTAKES["group-advantages"] = [
+    lambda r: (r - r.mean()) / (r.std() + 1e-4),  # the whole batch as one group
+    lambda r: r - r.mean(dim=1, keepdim=True),  # not divided by the group's spread
+    lambda r: (r - r.mean(dim=1, keepdim=True)) / r.std(dim=1, keepdim=True),  # no epsilon: 0/0 for equal rewards
+    lambda r: (r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, keepdim=True, unbiased=False) + 1e-4),  # divides by G
+]
