@@ -207,6 +207,45 @@ class Plan:
     demonstrations: set[int] = field(default_factory=set)  # cells tagged raises-exception: errors expected
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _top_level(body: list[ast.stmt]) -> Iterable[ast.AST]:
+    """The nodes of a cell outside its functions' bodies (their decorators, defaults, annotations included)."""
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, _SCOPES):
+            a = node.args
+            given = (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+            stack += [*getattr(node, "decorator_list", []), *a.defaults, *a.kw_defaults, getattr(node, "returns", None)]
+            stack += [x.annotation for x in given if x is not None]  # evaluated when the function is defined
+            stack = [n for n in stack if n is not None]
+        else:
+            stack += ast.iter_child_nodes(node)
+
+
+def _reads(body: list[ast.stmt], params: frozenset[str] | None = None) -> set[str]:
+    """The names a cell (``params`` None) or a function reads from outside: a function's parameters and
+    the names it assigns are its own, so ``def f(step): ...`` does not need an earlier ``step``."""
+    loaded, stored, declared = set(), set(params or ()), set()
+    for node in _top_level(body):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else stored).add(node.id)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            declared.update(node.names)
+        elif isinstance(node, _SCOPES):
+            a = node.args
+            names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x is not None]
+            inner = node.body if isinstance(node.body, list) else [node.body]
+            loaded |= _reads(inner, frozenset(names))
+            if not isinstance(node, ast.Lambda):
+                stored.add(node.name)
+    own = stored - declared if params is not None else set()
+    return loaded - own
+
+
 def names_of(python: str) -> tuple[set[str] | None, set[str], set[str], set[str]]:
     """What a cell does with names: those it may bind or change (None: any, as ``import *`` does),
     those it reads (inside its functions too), those it imports, and those whose methods it calls."""
@@ -215,13 +254,12 @@ def names_of(python: str) -> tuple[set[str] | None, set[str], set[str], set[str]
     except SyntaxError:
         return set(), set(), set(), set()
     bound: set[str] = set()
-    used: set[str] = set()
     imported: set[str] = set()
     called: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            (bound if isinstance(node.ctx, (ast.Store, ast.Del)) else used).add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+    used = _reads(tree.body)
+    bound = {n.id for n in _top_level(tree.body) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    for node in ast.walk(tree):  # what a function changes when called counts too
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:

@@ -405,3 +405,37 @@ def _vote() -> list[Case]:
         Case((["b", "a", "a", "b", "c"],), "strings, a tie"),
         Case((torch.randint(0, 4, (101,), generator=g).tolist(),), "101 answers"),
     ]
+
+
+# == 13 · Learning from preferences and rewards ============================================
+
+
+@hidden("dpo-loss")
+def _dpo() -> list[Case]:
+    g = _g(20)
+
+    def logps(n, scale=10.0):
+        return -torch.rand(n, generator=g) * scale
+
+    ref_c, ref_r = logps(16), logps(16)
+    return [
+        Case((logps(16), logps(16), ref_c, ref_r, 0.1), "16 pairs, beta 0.1"),
+        Case((ref_c + 30, ref_r - 30, ref_c, ref_r, 1.0), "the policy far better than the reference: loss near 0"),
+        Case((ref_c - 200, ref_r + 200, ref_c, ref_r, 0.5), "far worse: a large loss, no overflow"),
+        Case((torch.tensor([-3.0, -8.0]), torch.tensor([-5.0, -2.0]), torch.tensor([-4.0, -4.0]),
+              torch.tensor([-4.0, -6.0]), 2.0), "two pairs, beta 2"),
+        Case((logps(8, 50).double(), logps(8, 50).double(), logps(8, 50).double(), logps(8, 50).double(), 0.05),
+             "float64, beta 0.05"),
+    ]  # fmt: skip
+
+
+@hidden("group-advantages")
+def _advantages() -> list[Case]:
+    g = _g(21)
+    return [
+        Case((torch.tensor([[0.0, 0.0, 0.0]]),), "every answer wrong: all 0"),
+        Case((torch.tensor([[5.0, 5.0], [0.0, 1.0]]),), "groups of two, one of them equal"),
+        Case((torch.rand(8, 16, generator=g) * 100 - 50,), "8 questions, 16 answers, rewards in [-50, 50]"),
+        Case((torch.randint(0, 2, (4, 6), generator=g).float(),), "right or wrong rewards"),
+        Case((torch.tensor([[1e-3, 2e-3, 3e-3, 4e-3]]),), "tiny spread: the epsilon shows"),
+    ]

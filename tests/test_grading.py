@@ -56,14 +56,18 @@ def test_answers_are_built_from_the_references_before_any_student_code():
 
 
 def test_only_the_cells_the_exercises_depend_on_run():
-    cells = [
-        new_cell(s)
-        for s in ("import torch\nx = 2", "train()", "y = x", 'def f(a):\n    return a * y\ncheck("merge", f)')
+    sources = [
+        "import torch\nx = 2",  # 1: read by the annotation
+        "train()",  # 3: binds nothing the exercise reads
+        "step = 0\ny = x",  # 4: y is read; step is only the function's own parameter
+        "step = 1",  # 5
+        'def f(step: torch.Tensor):\n    return step * y\ncheck("merge", f)',  # 6
     ]
+    cells = [new_cell(source) for source in sources]
     cells.insert(1, {"cell_type": "markdown", "metadata": {}, "source": "# text"})
     steps = grading.plan(cells, ["merge"])
-    assert [number for number, _ in steps.cells] == [1, 4, 5] and steps.points == {2: [("merge", "f")]}
-    assert len(grading.plan(cells, ["merge"], every_cell=True).cells) == 4
+    assert [number for number, _ in steps.cells] == [1, 4, 6] and steps.points == {2: [("merge", "f")]}
+    assert len(grading.plan(cells, ["merge"], every_cell=True).cells) == 5
 
 
 def test_check_calls_are_found_and_left_out():
