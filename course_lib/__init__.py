@@ -27,6 +27,8 @@ checks that the two agree. One module per idea:
 - ``evaluation``     answer form, exact match, multiple choice, a model as judge, intervals
 - ``prompting``      few-shot prompts, classification by likelihood, voting, best-of-n
 - ``limits``         memorisation and next-word probability probes
+- ``preference``     preference pairs, sequence log-probabilities, the DPO loss and training
+- ``rl``             group sampling, group-relative advantages, the GRPO objective and training
 - ``cards``          model cards and datasheets; training FLOPs and energy
 - ``plotting``       the figures and token colourings the notebooks show
 - ``widgets``        interactive explorers (ipywidgets)
