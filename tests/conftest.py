@@ -124,3 +124,12 @@ def server(tmp_path):
     yield served, f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models on a busy 2-core machine: a second OpenMP thread only waits."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -29,13 +29,7 @@ trl_grpo = pytest.importorskip("trl.trainer.grpo_trainer", reason="trl==1.16.0 i
 trl_utils = pytest.importorskip("trl.trainer.utils")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These models are tiny: on a busy 2-core machine a second OpenMP thread only waits."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only waits
 
 
 # -- advantages ------------------------------------------------------------------------------------
