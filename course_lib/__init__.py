@@ -10,14 +10,14 @@ checks that the two agree. One module per idea:
 - ``data``           the offline corpus (shipped), public corpora, splits, sliding windows
 - ``ngram``          count-based n-gram language models, the first baseline
 - ``mlp_lm``         the MLP language model of Bengio et al. (2003)
-- ``attention``      softmax, attention heads, multi-head attention, the KV cache
+- ``attention``      softmax, attention heads, multi-head attention, the KV cache (and a static one)
 - ``positional``     learned, sinusoidal, rotary (RoPE) and ALiBi position information
 - ``layers``         LayerNorm, RMSNorm, activations, feed-forward and SwiGLU
 - ``model``          GPTConfig and GPT; parameter counts
 - ``checkpoints``    the course's model files and checkpoints in safetensors (no pickle)
 - ``training``       the Trainer: AdamW, warmup + cosine, clipping, accumulation, DDP, resume
 - ``train``          the command line ``python -m course_lib.train`` (only the command line)
-- ``generation``     greedy, temperature, top-k, top-p, streaming, with a KV cache
+- ``generation``     greedy, temperature, top-k, top-p, streaming, with a KV cache; batches, compiled steps
 - ``pretrained``     weights trained elsewhere: the shipped GPT, GPT-2, LLaMA, SmolLM2 (GGUF)
 - ``tasks``          the data sets of chapters 10-12, one small function per task
 - ``finetuning``     the fine-tuning loop on a list of examples (chapters 10 and 11)

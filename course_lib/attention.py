@@ -14,6 +14,9 @@ Two multi-head modules compute the same function:
 
 Generation reuses past keys and values through a :class:`KVCache`: the new token's query
 attends to the cached keys, so each step costs O(T) instead of recomputing all T positions.
+:class:`StaticKVCache` is the fast path beside it: buffers of a fixed size allocated once for a
+left-padded batch of prompts of different lengths, written at a slot held in a tensor, so that
+every decoding step has the same shapes and can be compiled (or captured in a CUDA graph).
 
 Masks follow PyTorch's convention: a boolean mask is ``True`` where attention is **allowed**;
 a float mask is **added** to the scores (``-inf`` forbids).
@@ -27,7 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .positional import RotaryEmbedding, alibi_bias
+from .positional import RotaryEmbedding, alibi_bias, alibi_slopes
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -204,6 +207,87 @@ class KVCache:
             layer.length = length
 
 
+class StaticStep:
+    """Where the T new tokens of a left-padded batch go, computed once per forward pass and
+    shared by every layer.
+
+    - ``slots`` (T,): the cache slots they are written to (the same for every row: rows are
+      left-padded so that they all end at the same slot);
+    - ``positions`` (B, T): their positions in their own row, ``slot - padding`` (clamped to
+      ``0..max_position - 1``: a padding slot or a row already past the context gets a valid
+      position whose result is never read);
+    - ``allowed`` (B, 1, T, L): True where a query may attend to a cache slot: its own row's
+      real tokens up to itself. A padding query sees only itself, so that no softmax row is
+      empty (an empty row would give NaN).
+    """
+
+    def __init__(self, slots: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor):
+        self.slots, self.positions, self.allowed = slots, positions, allowed
+
+
+class StaticLayerKV:
+    """One layer's slice of a :class:`StaticKVCache`: (B, Hkv, L, D) keys and values."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        self.keys, self.values = keys, values
+
+    def write(self, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the new (B, Hkv, T, D) keys and values at ``slots`` (T,); return the whole
+        buffers (B, Hkv, L, D), whose unwritten slots the mask hides."""
+        self.keys.index_copy_(2, slots, k.to(self.keys.dtype))  # in place: no new tensor, same address
+        self.values.index_copy_(2, slots, v.to(self.values.dtype))
+        return self.keys, self.values
+
+
+class StaticKVCache:
+    """Preallocated keys and values for a batch of B left-padded rows: the fast path.
+
+    ``pad`` (B,) is each row's left padding: row b's token at position p sits in slot
+    ``pad[b] + p``. Every forward pass writes its T tokens at slots ``slot..slot + T - 1`` and
+    moves ``slot`` on. ``slot`` is a tensor, not a Python number, so a compiled decoding step
+    sees the same inputs at every step and is not recompiled; the buffers never move, so a
+    CUDA graph can replay reading and writing them.
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        pad: torch.Tensor,
+        n_kv_heads: int,
+        head_dim: int,
+        max_length: int,
+        max_position: int,
+        dtype: torch.dtype = torch.float32,
+    ):
+        if pad.ndim != 1 or pad.dtype != torch.long:
+            raise ValueError(f"pad must be a (batch,) tensor of whole numbers, got {tuple(pad.shape)} {pad.dtype}")
+        B, device = pad.shape[0], pad.device
+        if B < 1 or max_length < 1:
+            raise ValueError(f"a static cache needs at least one row and one slot, got {B} rows, {max_length} slots")
+        self.max_length, self.max_position, self.pad = max_length, max_position, pad
+        shape = (n_layers, B, n_kv_heads, max_length, head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)  # (n_layers, B, Hkv, L, D): one allocation
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.slot = torch.zeros((), dtype=torch.long, device=device)  # the next slot to write
+        self.layers = [StaticLayerKV(self.keys[i], self.values[i]) for i in range(n_layers)]
+        self._slots = torch.arange(max_length, device=device)  # (L,)
+
+    @property
+    def batch_size(self) -> int:
+        return self.pad.shape[0]
+
+    def step(self, T: int) -> StaticStep:
+        """The slots, positions and mask of the next T tokens; then the slot moves on by T."""
+        slots = self.slot + self._slots[:T]  # (T,)
+        positions = (slots[None, :] - self.pad[:, None]).clamp(0, self.max_position - 1)  # (B, T)
+        keys = self._slots[None, None, :]  # (1, 1, L)
+        queries = slots[None, :, None]  # (1, T, 1)
+        own_row = keys >= self.pad[:, None, None]  # (B, 1, L): not a padding slot
+        allowed = (keys <= queries) & (own_row | (keys == queries))  # (B, T, L)
+        self.slot += T  # in place, so a compiled step sees the same tensor next time
+        return StaticStep(slots, positions, allowed[:, None])  # allowed: (B, 1, T, L), broadcast over heads
+
+
 class MultiHeadAttention(nn.Module):
     """All heads at once: one fused QKV projection, heads as a batch dimension.
 
@@ -259,13 +343,24 @@ class MultiHeadAttention(nn.Module):
         bias = alibi_bias(self.n_heads, T, offset).to(dtype=dtype, device=device)  # (H, T, offset + T)
         return bias if causal is None else bias.masked_fill(~causal, float("-inf"))
 
-    def forward(self, x: torch.Tensor, return_weights: bool = False, cache: LayerKV | None = None):
+    def forward(
+        self,
+        x: torch.Tensor,
+        return_weights: bool = False,
+        cache: LayerKV | StaticLayerKV | None = None,
+        step: StaticStep | None = None,
+    ):
         """(B, T, C) -> (B, T, C); with ``return_weights`` also the (B, H, T, T) weights.
 
         Returning weights needs the readable path, so it is used even when ``fast=True``.
         With a ``cache``, ``x`` holds the tokens after the cached ones: their keys and values
-        are appended and the queries attend to everything cached so far.
+        are appended and the queries attend to everything cached so far. A
+        :class:`StaticLayerKV` comes with its ``step`` (see :class:`StaticKVCache`).
         """
+        if isinstance(cache, StaticLayerKV):
+            if step is None:
+                raise ValueError("a static cache needs its StaticStep: call it through GPT.forward(idx, cache=...)")
+            return self._forward_static(x, cache, step)
         B, T, C = x.shape
         offset = cache.length if cache is not None else 0
         if not self.extrapolate:
@@ -298,6 +393,33 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, H, D) -> (B, T, C)
         out = self.resid_dropout(self.c_proj(out))
         return (out, weights) if return_weights else out
+
+    def _forward_static(self, x: torch.Tensor, cache: StaticLayerKV, step: StaticStep) -> torch.Tensor:
+        """The fast path: positions per row, keys and values written into fixed buffers, and a
+        mask over all L slots (the same shapes at every step)."""
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split([self.d_model, self.kv_dim, self.kv_dim], dim=-1)  # (B, T, C), (B, T, Ckv) x2
+        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        if self.rotary is not None:
+            q, k = self.rotary.rotate_at(q, step.positions), self.rotary.rotate_at(k, step.positions)
+        k, v = cache.write(k, v, step.slots)  # (B, Hkv, L, D): every slot, written or not
+        if self.n_kv_heads != self.n_heads:
+            group = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, H, L, D)
+        mask = step.allowed  # (B, 1, T, L) boolean
+        if self.alibi:  # distances in slots equal distances in positions: a row's tokens are contiguous
+            keys = torch.arange(k.shape[2], device=x.device)  # (L,)
+            distance = (step.slots[:, None] - keys[None, :]).clamp(min=0)  # (T, L); future slots are masked
+            bias = -alibi_slopes(self.n_heads, device=x.device)[:, None, None] * distance.float()  # (H, T, L)
+            mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))  # (B, H, T, L) additive
+        if self.fast:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, D)
+        else:
+            out = scaled_dot_product_attention(q, k, v, mask)
+        out = out.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, H, D) -> (B, T, C)
+        return self.resid_dropout(self.c_proj(out))
 
     @classmethod
     def from_wrapper(cls, wrapper: MultiHeadAttentionWrapper, fast: bool = False) -> MultiHeadAttention:

@@ -11,15 +11,28 @@ For a :class:`~course_lib.model.GPT` the loop uses a KV cache: the prompt is run
 each new token is fed alone and attends to the cached keys and values. Past the context
 length the window slides, and the cache is refilled from the last ``context_length`` tokens,
 so the tokens are exactly those of recomputing from scratch (tested).
+
+Beside that teaching path:
+
+- :func:`generate_batch` answers many prompts of different lengths at once: left-padded into
+  one batch with a :class:`~course_lib.attention.StaticKVCache`, each row at its own positions
+  and stopping at its own end-of-text, every row getting the tokens it gets alone (tested);
+- :func:`decode_step` is one step of it with fixed shapes, and :func:`compiled_step` the same
+  step through ``torch.compile`` (a GPU then replays it as a CUDA graph with
+  ``mode="reduce-overhead"``);
+- :class:`Session` is one growing sequence and its cache: feed a prompt, a tool's result or a
+  user's turn, sample one token at a time, take tokens back (the calculator and the chat).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn as nn
 
+from .attention import StaticKVCache
 from .model import GPT
 from .runtime import evaluating, model_device
 
@@ -179,3 +192,136 @@ def stream_text(
     rest = decode(ids)[len(shown) :]
     if rest:
         yield rest
+
+
+# --------------------------------------------------------------------------------------
+# Many prompts at once: left padding, a static cache, a step that can be compiled
+# --------------------------------------------------------------------------------------
+
+
+def decode_step(model: GPT, cache: StaticKVCache, ids: torch.Tensor) -> torch.Tensor:
+    """(B, 1) next tokens of every row -> (B, V) logits of the token after them. The shapes
+    are the same at every step (the cache's slot is a tensor), which is what lets
+    ``torch.compile`` compile it once."""
+    return model(ids, cache=cache)[:, -1]  # (B, V)
+
+
+@functools.cache
+def compiled_step(backend: str = "inductor", mode: str | None = None) -> Callable:
+    """:func:`decode_step` through ``torch.compile`` (made once per backend and mode, then
+    reused). ``backend="inductor"`` generates fused kernels (C++ on a CPU, Triton on a GPU);
+    ``mode="reduce-overhead"`` on a GPU also captures the step in a CUDA graph, so that one
+    launch replaces hundreds; ``"aot_eager"`` traces without generating code (a quick check)."""
+    return torch.compile(decode_step, backend=backend, mode=mode, fullgraph=True)
+
+
+def _check_prompts(prompts: Sequence[Sequence[int]], context_length: int) -> list[list[int]]:
+    if isinstance(prompts, torch.Tensor) or not isinstance(prompts, Sequence) or isinstance(prompts, str):
+        raise TypeError(f"prompts must be a list of token-id lists, got {type(prompts).__name__}")
+    if len(prompts) == 0:
+        raise ValueError("prompts is empty: give at least one prompt (a list of token ids)")
+    rows = []
+    for k, prompt in enumerate(prompts):
+        if isinstance(prompt, torch.Tensor):
+            prompt = prompt.tolist()
+        if isinstance(prompt, str) or not isinstance(prompt, Sequence) or not all(isinstance(t, int) for t in prompt):
+            raise TypeError(f"prompt {k} must be a list of token ids (int), got {prompt!r:.60}")
+        if len(prompt) == 0:
+            raise ValueError(f"prompt {k} is empty: a model needs at least one token to predict from")
+        if len(prompt) > context_length:
+            raise ValueError(
+                f"prompt {k} has {len(prompt)} tokens, more than the context of {context_length}: "
+                f"keep its last tokens (prompt[-{context_length}:]) or shorten it"
+            )
+        rows.append(list(prompt))
+    return rows
+
+
+def _sample_rows(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    greedy: bool,
+    generator: torch.Generator | Sequence[torch.Generator] | None,
+) -> torch.Tensor:
+    """(B, V) -> (B, 1): one generator for the batch (as :func:`generate` draws), or one per row
+    (each row then draws what it draws alone)."""
+    if generator is None or isinstance(generator, torch.Generator) or greedy:
+        return sample_next(logits, temperature, top_k, top_p, greedy, generator)  # (B, 1)
+    rows = [sample_next(logits[b : b + 1], temperature, top_k, top_p, False, g) for b, g in enumerate(generator)]
+    return torch.cat(rows)  # (B, 1)
+
+
+@torch.no_grad()
+def generate_batch(
+    model: GPT,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    greedy: bool = False,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    eos_id: int | None = None,
+    step: Callable[[GPT, StaticKVCache, torch.Tensor], torch.Tensor] = decode_step,
+) -> list[list[int]]:
+    """The new tokens of each prompt (a list of token-id lists, any lengths), generated as one
+    batch; each row's list ends after its own ``eos_id`` (kept), or after ``max_new_tokens``.
+
+    Each row gets the tokens :func:`generate` gives it alone: greedy, or sampled with one
+    generator per row (``generator=[g0, g1, ...]``); a single generator draws for the batch as
+    a whole, like :func:`generate` on a batch. How: the prompts are padded on the left, so that
+    they all end at the same slot of a :class:`~course_lib.attention.StaticKVCache`; each row
+    counts its positions from its own first token and never attends to padding. A row whose
+    length reaches the context is recomputed from its last ``context_length`` tokens at every
+    step, as :func:`generate` slides its window. ``step`` computes a decoding step: pass
+    ``compiled_step()`` for the compiled one.
+    """
+    if not isinstance(model, GPT):
+        raise TypeError(f"generate_batch needs a course_lib GPT (it builds a static cache), got {type(model).__name__}")
+    context = model.config.context_length
+    rows = _check_prompts(prompts, context)
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be 0 or more, got {max_new_tokens}")
+    if not greedy and temperature <= 0:
+        raise ValueError(f"temperature must be positive (or use greedy=True), got {temperature}")
+    if not (generator is None or isinstance(generator, torch.Generator)) and len(generator) != len(rows):
+        raise ValueError(f"give one generator per prompt: {len(rows)} prompts, {len(generator)} generators")
+    B, device = len(rows), model_device(model)
+    lengths = [len(r) for r in rows]
+    T = max(lengths)
+    if max_new_tokens == 0:
+        return [[] for _ in rows]
+    ids = torch.zeros(B, T + max_new_tokens, dtype=torch.long, device=device)  # (B, T + new): every token so far
+    for b, row in enumerate(rows):
+        ids[b, T - len(row) : T] = torch.tensor(row, device=device)  # left padding (id 0, never attended to)
+    pad = torch.tensor([T - n for n in lengths], device=device)  # (B,)
+    cache = model.new_static_cache(pad, T + max_new_tokens - 1)  # the last new token is never fed
+    finished = torch.zeros(B, 1, dtype=torch.bool, device=device)
+    with evaluating(model):
+        logits = model(ids[:, :T], cache=cache)[:, -1]  # (B, V): prefill every prompt at once
+        for s in range(max_new_tokens):
+            next_id = _sample_rows(logits, temperature, top_k, top_p, greedy, generator)  # (B, 1)
+            if eos_id is not None:
+                next_id = next_id.masked_fill(finished, eos_id)
+                finished |= next_id == eos_id
+            ids[:, T + s] = next_id[:, 0]
+            if s == max_new_tokens - 1 or (eos_id is not None and bool(finished.all())):
+                break
+            total = [n + s + 1 for n in lengths]  # each row's length with the new token
+            past = [b for b in range(B) if total[b] > context]  # rows whose window slides
+            if len(past) < B:
+                logits = step(model, cache, next_id)  # (B, V)
+            if past:  # every row ends at column T + s, so their windows are the same slice
+                which = torch.tensor(past, device=device)  # (P,)
+                window = ids.index_select(0, which)[:, T + s + 1 - context : T + s + 1]  # (P, context)
+                recomputed = model(window)[:, -1]  # (P, V), as generate() refills its cache
+                logits = recomputed if len(past) == B else logits.index_copy(0, which, recomputed)
+    new = ids[:, T:].tolist()
+    out = []
+    for row in new:
+        row = row[: s + 1]
+        out.append(row[: row.index(eos_id) + 1] if eos_id is not None and eos_id in row else row)
+    return out

@@ -11,7 +11,7 @@
   ``mask_instruction=True``, on the prompt;
 - :func:`train_instructions` is the fine-tuning recipe of chapter 10 with that loss, recording
   the validation loss on the answers only; :func:`answer` generates a greedy answer that stops
-  at end-of-text.
+  at end-of-text, and :func:`answer_batch` answers many prompts at once, with the same answers.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .finetuning import FineTuneConfig, fine_tune
-from .generation import generate
+from .generation import decode_step, generate, generate_batch
 from .model import GPT, tie_weights
 from .runtime import evaluating, model_device
 from .tasks import Instruction
@@ -181,6 +181,34 @@ def answer(model: GPT, tokenizer, prompt: str, max_new_tokens: int = 48, eos_id:
     new = generate(model, prompt_ids, max_new_tokens, greedy=True, eos_id=eos_id)[0, prompt_ids.shape[1] :].tolist()
     stopped = eos_id in new
     return tokenizer.decode(new[: new.index(eos_id)] if stopped else new).strip(), stopped
+
+
+def answer_batch(
+    model: GPT,
+    tokenizer,
+    prompts: Sequence[str],
+    max_new_tokens: int = 48,
+    eos_id: int | None = None,
+    batch_size: int = 16,
+    step=decode_step,
+) -> list[tuple[str, bool]]:
+    """``[answer(model, tokenizer, p, max_new_tokens, eos_id) for p in prompts]``, computed
+    ``batch_size`` prompts at a time by :func:`~course_lib.generation.generate_batch` (the same
+    answers, tested). Prompts of similar lengths are batched together, so little is padding."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    eos_id = tokenizer.special_tokens[ENDOFTEXT] if eos_id is None else eos_id
+    keep = model.config.context_length - 1  # as answer(): room for one new token
+    encoded = [tokenizer.encode(p, allowed_special="all")[-keep:] for p in prompts]
+    order = sorted(range(len(encoded)), key=lambda k: len(encoded[k]))
+    results: list[tuple[str, bool]] = [("", False)] * len(encoded)
+    for start in range(0, len(order), batch_size):
+        chosen = order[start : start + batch_size]
+        new = generate_batch(model, [encoded[k] for k in chosen], max_new_tokens, greedy=True, eos_id=eos_id, step=step)
+        for k, ids in zip(chosen, new):
+            stopped = bool(ids) and ids[-1] == eos_id
+            results[k] = (tokenizer.decode(ids[:-1] if stopped else ids).strip(), stopped)
+    return results
 
 
 def add_special_tokens(model: GPT, tokenizer, names: Sequence[str]):

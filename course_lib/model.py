@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .attention import KVCache, LayerKV, MultiHeadAttention
+from .attention import KVCache, LayerKV, MultiHeadAttention, StaticKVCache, StaticLayerKV, StaticStep
 from .layers import FeedForward, LayerNorm, RMSNorm, SwiGLU
-from .positional import LearnedPositionalEmbedding, sinusoidal_encoding
+from .positional import LearnedPositionalEmbedding, sinusoidal_at, sinusoidal_encoding
 
 POSITIONAL = ("none", "learned", "sinusoidal", "rope", "alibi")
 NORMS = ("layernorm", "rmsnorm")
@@ -146,11 +146,13 @@ class Block(nn.Module):
         else:
             self.mlp = SwiGLU(config.d_model, config.hidden, config.bias, config.dropout, config.fast)
 
-    def forward(self, x: torch.Tensor, cache: LayerKV | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: LayerKV | StaticLayerKV | None = None, step: StaticStep | None = None
+    ) -> torch.Tensor:
         if self.pre_norm:
-            x = x + self.attn(self.ln_1(x), cache=cache)  # (B, T, C)
+            x = x + self.attn(self.ln_1(x), cache=cache, step=step)  # (B, T, C)
             return x + self.mlp(self.ln_2(x))
-        x = self.ln_1(x + self.attn(x, cache=cache))
+        x = self.ln_1(x + self.attn(x, cache=cache, step=step))
         return self.ln_2(x + self.mlp(x))
 
 
@@ -186,11 +188,18 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def embed(self, idx: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    def embed(self, idx: torch.Tensor, offset: int = 0, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Token embeddings plus, for learned or sinusoidal schemes, position information
-        (the tokens sit at positions offset..offset + T - 1)."""
+        (the tokens sit at positions offset..offset + T - 1, or at the (B, T) ``positions`` of
+        each row of a padded batch)."""
         T = idx.shape[1]
         x = self.transformer.wte(idx)  # (B, T, C)
+        if positions is not None:
+            if self.config.positional == "learned":
+                x = x + self.transformer.wpe.at(positions)  # (B, T, C): each row its own positions
+            elif self.config.positional == "sinusoidal":
+                x = x * math.sqrt(self.config.d_model) + sinusoidal_at(positions, self.config.d_model).to(x.dtype)
+            return self.transformer.drop(x)
         if self.config.positional == "learned":
             x = x + self.transformer.wpe(T, offset)  # (T, C) broadcast over the batch
         elif self.config.positional == "sinusoidal":
@@ -201,16 +210,31 @@ class GPT(nn.Module):
             )
         return self.transformer.drop(x)
 
-    def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache: KVCache | StaticKVCache | None = None) -> torch.Tensor:
         """Logits for every position. With a ``cache`` (see :meth:`new_cache`), ``idx`` holds
-        the tokens that follow the cached ones, and their keys and values join the cache."""
+        the tokens that follow the cached ones, and their keys and values join the cache.
+        With a :class:`StaticKVCache` (see :meth:`new_static_cache`), ``idx`` (B, T) holds the
+        next T tokens of each left-padded row."""
         return self.lm_head(self.features(idx, cache))  # (B, T, V)
 
-    def features(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def features(self, idx: torch.Tensor, cache: KVCache | StaticKVCache | None = None) -> torch.Tensor:
         """(B, T, C): what the LM head reads, after the final norm. A classifier (chapter 10)
         puts its own head on these."""
         if not torch.compiler.is_compiling():  # one min/max per call; a compiled graph skips it
             check_token_ids(idx, self.config.vocab_size)
+        if isinstance(cache, StaticKVCache):
+            if torch.is_grad_enabled():
+                raise RuntimeError(
+                    "the static cache is for generating, not training: run under torch.no_grad() "
+                    "(generate_batch does); the KVCache of new_cache() keeps gradients"
+                )
+            if idx.shape[0] != cache.batch_size:
+                raise ValueError(f"the static cache holds {cache.batch_size} rows, but {idx.shape[0]} were given")
+            step = cache.step(idx.shape[1])  # slots, positions and mask of these tokens, for every layer
+            x = self.embed(idx, positions=step.positions)
+            for layer, block in zip(cache.layers, self.transformer.h):
+                x = block(x, layer, step)
+            return self.transformer.ln_f(x)
         x = self.embed(idx, offset=cache.length if cache is not None else 0)
         for i, block in enumerate(self.transformer.h):
             x = block(x, cache.layers[i] if cache is not None else None)
@@ -219,6 +243,23 @@ class GPT(nn.Module):
     def new_cache(self, max_length: int | None = None) -> KVCache:
         """An empty KV cache for up to ``max_length`` positions (default: the context length)."""
         return KVCache(self.config.n_layers, max_length or self.config.context_length)
+
+    def new_static_cache(self, pad: torch.Tensor, max_length: int) -> StaticKVCache:
+        """A preallocated cache for ``len(pad)`` left-padded rows and ``max_length`` slots, on
+        the model's device and in its dtype (``pad`` (B,): each row's padding, moved there)."""
+        weight = self.transformer.wte.weight
+        for block in self.transformer.h:
+            if block.attn.rotary is not None:
+                block.attn.rotary.reach(self.config.context_length)  # grown now, not inside a compiled step
+        return StaticKVCache(
+            self.config.n_layers,
+            pad.to(weight.device),
+            self.config.kv_heads,
+            self.config.head_dim,
+            max_length,
+            self.config.context_length,
+            weight.dtype,
+        )
 
     def num_parameters(self) -> int:
         """Distinct parameters (a tied weight counts once)."""

@@ -46,6 +46,12 @@ class LearnedPositionalEmbedding(nn.Module):
             )
         return self.weight[offset : offset + T]  # (T, C)
 
+    def at(self, positions: torch.Tensor) -> torch.Tensor:
+        """(B, T) positions, one per token of each row (a padded batch) -> (B, T, C). The caller
+        keeps them below ``context_length``: a check here would read the values back from the
+        device at every step."""
+        return self.weight[positions]  # (B, T, C)
+
 
 def _check_even(d: int, what: str) -> None:
     if d % 2:
@@ -65,15 +71,23 @@ def sinusoidal_encoding(
     Computed in float32 on ``device`` (pass the device of the embeddings it is added to), then
     cast to ``dtype``.
     """
+    positions = torch.arange(offset, offset + T, dtype=torch.float32, device=device)  # (T,)
+    return sinusoidal_at(positions, d_model, base).to(dtype)
+
+
+def sinusoidal_at(positions: torch.Tensor, d_model: int, base: float = 10000.0) -> torch.Tensor:
+    """The sinusoidal encoding of any positions: (...,) -> (..., d), in float32 on their device
+    (a padded batch has its own positions in every row)."""
     _check_even(d_model, "the sinusoidal encoding")
-    positions = torch.arange(offset, offset + T, dtype=torch.float32, device=device)[:, None]  # (T, 1)
+    device = positions.device
+    positions = positions.float()[..., None]  # (..., 1)
     exponents = torch.arange(0, d_model, 2, dtype=torch.float32, device=device) / d_model  # (d/2,)
     frequencies = base**-exponents  # (d/2,)
-    angles = positions * frequencies  # (T, d/2)
-    encoding = torch.empty(T, d_model, device=device)  # (T, d)
-    encoding[:, 0::2] = torch.sin(angles)
-    encoding[:, 1::2] = torch.cos(angles)
-    return encoding.to(dtype)
+    angles = positions * frequencies  # (..., d/2)
+    encoding = torch.empty(*angles.shape[:-1], d_model, device=device)  # (..., d)
+    encoding[..., 0::2] = torch.sin(angles)
+    encoding[..., 1::2] = torch.cos(angles)
+    return encoding
 
 
 def rope_frequencies(head_dim: int, base: float = 10000.0, device: torch.device | str | None = None) -> torch.Tensor:
@@ -148,6 +162,18 @@ class RotaryEmbedding(nn.Module):
         cos = self.cos[offset : offset + T].to(x.dtype)  # (T, D)
         sin = self.sin[offset : offset + T].to(x.dtype)
         return x * cos + rotate_half(x) * sin
+
+    def rotate_at(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Rotate (B, H, T, D) by each row's own (B, T) positions (a left-padded batch). The
+        table must already reach them (:meth:`reach`): growing it here would need their values."""
+        cos = self.cos[positions][:, None].to(x.dtype)  # (B, 1, T, D): the same angle for every head
+        sin = self.sin[positions][:, None].to(x.dtype)
+        return x * cos + rotate_half(x) * sin
+
+    def reach(self, n: int) -> None:
+        """Make the table cover positions 0..n-1 (before a compiled step that cannot grow it)."""
+        if n > self.cos.shape[0]:
+            self._build(n)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         return self.rotate(q, offset), self.rotate(k, offset)

@@ -59,6 +59,21 @@ def test_the_kv_cache_and_grouped_heads_live_on_the_models_device(n_kv_heads):
     assert isinstance(cache, KVCache)
 
 
+@pytest.mark.parametrize("positional", POSITIONAL)
+def test_the_static_cache_and_its_masks_live_on_the_models_device(positional):
+    """generate_batch's path: a CPU padding vector, a prefill of left-padded rows, decoding
+    steps past the context (positions clamped), all beside a model elsewhere."""
+    from course_lib.generation import decode_step
+
+    model = on_meta(positional=positional, n_kv_heads=1)
+    cache = model.new_static_cache(torch.tensor([0, 3]), 24)  # pad made on the CPU
+    assert cache.keys.device == META and cache.slot.device == META
+    with torch.no_grad():
+        assert model(cpu_ids(2, 5).to(META), cache=cache).device == META
+        for _ in range(18):  # slots 5..22: positions past the context of 16 stay in range
+            assert decode_step(model, cache, cpu_ids(2, 1).to(META)).shape == (2, 64)
+
+
 @pytest.mark.parametrize("scheme", [{}, {"fast": True}, {"rotary": True}, {"alibi": True}])
 def test_attention_past_its_context_rebuilds_its_tables_on_its_device(scheme):
     """Notebook 06 evaluates on windows longer than training: the rotary and ALiBi tables are

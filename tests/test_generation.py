@@ -217,3 +217,160 @@ def test_on_a_gpu_prompts_and_cpu_generators_follow_the_model():
     assert on_gpu.device.type == "cuda" and torch.equal(on_gpu.cpu(), on_cpu)
     pieces = list(stream_text(model, lambda s: [1, 2], lambda ids: str(ids), "x", 5, generator=torch.Generator()))
     assert pieces
+
+
+# --------------------------------------------------------------------------------------
+# generate_batch: many prompts at once, each row exactly what it gets alone
+# --------------------------------------------------------------------------------------
+
+
+def sharp_model(positional: str = "learned", **config) -> GPT:
+    """A random model whose greedy continuations wander (untied head, weights x8): with the
+    default initialisation a tied random model only repeats its last token."""
+    torch.manual_seed(0)
+    base = dict(vocab_size=60, context_length=12, n_layers=2, n_heads=4, d_model=32, tie_weights=False)
+    model = GPT(GPTConfig(**{**base, "positional": positional, **config})).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.mul_(8)
+    return model
+
+
+def prompts_of(*lengths: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(0, 60, (n,), generator=g).tolist() for n in lengths]
+
+
+def alone(model, prompt, n, **options) -> list[int]:
+    """The trusted reference: one prompt through generate()."""
+    return generate(model, torch.tensor([prompt]), n, **options)[0, len(prompt) :].tolist()
+
+
+def end_token(rows: list[list[int]]) -> int:
+    """A token that two rows first write at different steps: as end-of-text, rows stop apart."""
+    for token in sorted({t for row in rows for t in row}):
+        firsts = {row.index(token) for row in rows if token in row}
+        if len(firsts) >= 2:
+            return token
+    raise AssertionError(f"no token to stop at in {rows}")
+
+
+@pytest.mark.parametrize(
+    "positional, config",
+    [
+        ("learned", {}),
+        ("learned", {"fast": False}),
+        ("rope", {}),
+        ("rope", {"n_kv_heads": 2, "fast": False}),
+        ("sinusoidal", {}),
+        ("alibi", {}),
+        ("none", {}),
+    ],
+)
+def test_generate_batch_gives_every_row_the_tokens_it_gets_alone(positional, config, one_thread):
+    from course_lib.generation import generate_batch
+
+    model = sharp_model(positional, **config)
+    prompts = prompts_of(1, 5, 12, 3)  # 12 = the whole context: that row's window slides at once
+    greedy = generate_batch(model, prompts, 20, greedy=True)  # 20 new tokens: every row passes the context
+    assert greedy == [alone(model, p, 20, greedy=True) for p in prompts]
+    eos = end_token(greedy)
+    stopped = generate_batch(model, prompts, 20, greedy=True, eos_id=eos)
+    assert stopped == [alone(model, p, 20, greedy=True, eos_id=eos) for p in prompts]
+    ends = [len(row) for row in stopped if row[-1] == eos]
+    assert len(set(ends)) >= 2, stopped  # rows stopped at their own steps
+    gens = lambda: [torch.Generator().manual_seed(10 + k) for k in range(len(prompts))]  # noqa: E731
+    options = dict(top_k=10, temperature=1.3, eos_id=eos)
+    sampled = generate_batch(model, prompts, 20, generator=gens(), **options)
+    assert sampled == [alone(model, p, 20, generator=g, **options) for p, g in zip(prompts, gens())]
+
+
+def test_one_generator_draws_for_the_batch_as_generate_does():
+    from course_lib.generation import generate_batch
+
+    model = sharp_model("rope")
+    prompts = prompts_of(4, 4, 4)  # equal lengths: generate() takes them as one tensor
+    new = generate_batch(model, prompts, 10, generator=torch.Generator().manual_seed(0), top_p=0.9)
+    out = generate(model, torch.tensor(prompts), 10, generator=torch.Generator().manual_seed(0), top_p=0.9)
+    assert new == out[:, 4:].tolist()
+
+
+def test_generate_batch_on_bad_input_names_the_problem():
+    from course_lib.generation import generate_batch
+
+    model = sharp_model()
+    with pytest.raises(ValueError, match="prompts is empty"):
+        generate_batch(model, [], 5)
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        generate_batch(model, [[1, 2], []], 5)
+    with pytest.raises(ValueError, match=r"prompt 0 has 13 tokens, more than the context of 12: .*prompt\[-12:\]"):
+        generate_batch(model, [list(range(13))], 5)
+    with pytest.raises(TypeError, match="list of token-id lists"):
+        generate_batch(model, torch.tensor([[1, 2]]), 5)
+    with pytest.raises(TypeError, match="prompt 0 must be a list of token ids"):
+        generate_batch(model, ["hello"], 5)
+    with pytest.raises(ValueError, match="token id 60 is outside"):
+        generate_batch(model, [[1, 60]], 5)
+    with pytest.raises(ValueError, match="one generator per prompt: 2 prompts, 1 generators"):
+        generate_batch(model, [[1], [2]], 5, generator=[torch.Generator()])
+    with pytest.raises(ValueError, match="max_new_tokens must be 0 or more"):
+        generate_batch(model, [[1]], -1)
+    with pytest.raises(ValueError, match="temperature must be positive"):
+        generate_batch(model, [[1]], 3, temperature=0)
+    with pytest.raises(TypeError, match="needs a course_lib GPT"):
+        generate_batch(torch.nn.Linear(2, 2), [[1]], 3)
+    assert generate_batch(model, [[1, 2], [3]], 0) == [[], []]
+
+
+# --------------------------------------------------------------------------------------
+# the static cache: the same logits as the teaching cache, through torch.compile too
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("positional, n_kv_heads", [("learned", None), ("rope", 2), ("alibi", None)])
+def test_static_cache_logits_match_each_row_alone(positional, n_kv_heads):
+    """Left-padded rows, prefilled together then fed one token at a time, give every row the
+    logits of its own full forward pass."""
+    model = sharp_model(positional, context_length=16, n_kv_heads=n_kv_heads)
+    rows = prompts_of(16, 16, 16)
+    lengths = [8, 3, 1]  # row b's prompt: its first 8, 3 and 1 tokens, padded on the left
+    T = max(lengths)
+    pad = torch.tensor([T - n for n in lengths])
+    ids = torch.zeros(3, T, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        ids[b, T - n :] = torch.tensor(rows[b][:n])
+    cache = model.new_static_cache(pad, 16)
+    with pytest.raises(RuntimeError, match=r"for generating, not training: run under torch.no_grad\(\)"):
+        model(ids, cache=cache)
+    with torch.no_grad():
+        pieces = static_pieces(model, rows, lengths, cache, ids)
+    for b, n in enumerate(lengths):
+        full = model(torch.tensor([rows[b][: n + 6]]))[0]  # (n + 6, V): the row alone, no cache
+        got = torch.cat([pieces[0][b, T - n :], *[p[b] for p in pieces[1:]]])
+        torch.testing.assert_close(got, full, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="holds 3 rows, but 2 were given"), torch.no_grad():
+        model(ids[:2, :1], cache=cache)
+
+
+def static_pieces(model, rows, lengths, cache, ids):
+    pieces = [model(ids, cache=cache)]  # (3, T, V)
+    for t in range(6):  # then one token per row per step
+        pieces.append(model(torch.tensor([[rows[b][n + t]] for b, n in enumerate(lengths)]), cache=cache))
+    return pieces
+
+
+def test_the_compiled_step_generates_the_same_tokens(one_thread):
+    from torch._dynamo.utils import counters
+
+    from course_lib.generation import compiled_step, generate_batch
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = sharp_model("rope", n_kv_heads=2)
+    prompts = prompts_of(2, 7, 4)
+    eager = generate_batch(model, prompts, 16, greedy=True)
+    for _ in range(2):  # the same shapes again: the compiled step is reused, never recompiled
+        assert generate_batch(model, prompts, 16, greedy=True, step=compiled_step("aot_eager")) == eager
+    assert counters["stats"]["unique_graphs"] == 1  # one graph for 30 steps: the slot is a tensor
+    assert eager == [alone(model, p, 16, greedy=True) for p in prompts]

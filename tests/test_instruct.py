@@ -12,6 +12,7 @@ from course_lib.instruct import (
     USER,
     add_special_tokens,
     answer,
+    answer_batch,
     answer_loss,
     collate,
     encode_instruction,
@@ -103,6 +104,17 @@ def test_a_short_training_lowers_the_answer_loss_and_answers_stop(course, instru
     assert history.val_loss[-1] < before - 1.0 and len(history.steps) >= 2
     text, stopped = answer(model, tokenizer, format_prompt(instructions.test[0]), max_new_tokens=40)
     assert stopped and "###" not in text
+
+
+def test_answer_batch_gives_the_answers_of_answer(course, instructions, one_thread):
+    model, tokenizer, _ = course
+    prompts = [format_prompt(e) for e in instructions.test[:5]] + ["x", "def " * 140]  # the last: past the context
+    eos = tokenizer.encode(" the")[0]  # a common token as end-of-text: some answers stop, at different steps
+    one_by_one = [answer(model, tokenizer, p, max_new_tokens=20, eos_id=eos) for p in prompts]
+    assert answer_batch(model, tokenizer, prompts, max_new_tokens=20, eos_id=eos, batch_size=3) == one_by_one
+    assert {stopped for _, stopped in one_by_one} == {True, False}
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        answer_batch(model, tokenizer, prompts, batch_size=0)
 
 
 def test_new_special_tokens_leave_the_old_outputs_unchanged(course):

@@ -203,6 +203,24 @@ def test_smollm2_logits_match_transformers_reading_the_same_file(smollm2):
         assert torch.allclose(ours(idx), reference(idx).logits, atol=1e-3, rtol=1e-4)
 
 
+def test_smollm2_batched_answers_are_its_answers_one_at_a_time(smollm2, one_thread):
+    from course_lib.generation import generate, generate_batch
+
+    config, tensors, tokenizer, notes = smollm2
+    model = load_llama_state_dict(GPT(config), tensors).eval()
+    questions = ["What is 2+2?", "Name a prime number larger than ten, and say why it is prime.", "Hi"]
+    prompts = [
+        tokenizer.encode(
+            apply_chat_template(notes["chat_template"], [{"role": "user", "content": q}]), allowed_special="all"
+        )
+        for q in questions
+    ]
+    batch = generate_batch(model, prompts, 12, greedy=True, eos_id=notes["eos_id"])
+    for prompt, new in zip(prompts, batch):
+        out = generate(model, torch.tensor([prompt]), 12, greedy=True, eos_id=notes["eos_id"])
+        assert new == out[0, len(prompt) :].tolist()
+
+
 def test_smollm2_chat_template_is_what_transformers_renders(smollm2):
     path = smollm2_path()
     hf = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
