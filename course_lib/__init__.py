@@ -26,6 +26,7 @@ checks that the two agree. One module per idea:
 - ``instruct``       prompt formats, the -100 collate, instruction training, special tokens
 - ``evaluation``     answer form, exact match, multiple choice, a model as judge, intervals
 - ``prompting``      few-shot prompts, classification by likelihood, voting, best-of-n
+- ``tools``          a safe calculator and the loop that pauses generation to call it
 - ``limits``         memorisation and next-word probability probes
 - ``preference``     preference pairs, sequence log-probabilities, the DPO loss and training
 - ``rl``             group sampling, group-relative advantages, the GRPO objective and training

@@ -325,3 +325,95 @@ def generate_batch(
         row = row[: s + 1]
         out.append(row[: row.index(eos_id) + 1] if eos_id is not None and eos_id in row else row)
     return out
+
+
+# --------------------------------------------------------------------------------------
+# One sequence that grows and is edited: prompts, tools' results, turns of a chat
+# --------------------------------------------------------------------------------------
+
+
+class Session:
+    """One token sequence and its KV cache, for loops that do more than append samples: a tool
+    writes its result into the sequence, a chat adds the user's next turn, a rejected piece is
+    taken back. :meth:`extend` adds tokens (run lazily, all at once, when logits are next
+    needed), :meth:`sample` draws the next token and appends it, :meth:`truncate` forgets
+    tokens (the cache keeps what precedes them).
+
+    Past the context the window slides as in :func:`stream`, so sampling token after token
+    gives exactly :func:`generate`'s tokens (tested). ``use_cache=False`` (or a model that is
+    not a course GPT, with ``context_length`` given) recomputes the window at every step.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        ids: Sequence[int] = (),
+        context_length: int | None = None,
+        use_cache: bool | None = None,
+    ):
+        self.model = model
+        self.context_length = _context(model) if context_length is None else context_length
+        self.use_cache = isinstance(model, GPT) if use_cache is None else use_cache
+        if self.use_cache and not isinstance(model, GPT):
+            raise ValueError(f"use_cache=True needs a course_lib GPT, got {type(model).__name__}")
+        self.device = model_device(model)
+        self.cache = model.new_cache(self.context_length) if self.use_cache else None
+        self.ids: list[int] = []
+        self._prefix = True  # the cache holds ids[:cache.length] (False: a window that slid past the start)
+        self._logits: torch.Tensor | None = None  # (1, V) after ids[-1], while nothing was added or removed
+        self.extend(ids)
+
+    def extend(self, ids: Sequence[int]) -> None:
+        """Append tokens; the model reads them when the next logits are asked for."""
+        ids = [int(t) for t in ids]
+        if ids:
+            self.ids += ids
+            self._logits = None
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` tokens and forget the rest (the cache too)."""
+        if not 0 <= length <= len(self.ids):
+            raise ValueError(f"cannot truncate a session of {len(self.ids)} tokens to {length}")
+        if length < len(self.ids):
+            self.ids = self.ids[:length]
+            self._logits = None
+        if self.cache is not None and self._prefix and self.cache.length > length:
+            self.cache.truncate(length)
+
+    @torch.no_grad()
+    def logits(self) -> torch.Tensor:
+        """(1, V) logits of the token after the sequence, running only what the cache lacks."""
+        if not self.ids:
+            raise ValueError("the session is empty: extend it with a prompt first")
+        if self._logits is not None:
+            return self._logits
+        C, n = self.context_length, len(self.ids)
+        with evaluating(self.model):
+            if self.cache is None:
+                self._logits = self.model(torch.tensor([self.ids[-C:]], device=self.device))[:, -1]  # (1, V)
+                return self._logits
+            if self._prefix and self.cache.length == n:  # all cached, but a truncation dropped the logits
+                self.cache.truncate(n - 1)  # run the last token again
+            if self._prefix and n <= C:  # the window still starts at the first token: only the new ones run
+                new = torch.tensor([self.ids[self.cache.length :]], device=self.device)  # (1, new)
+                out = self.model(new, cache=self.cache)  # (1, new, V)
+            else:  # the window slides: refill the cache from the last C tokens, as stream() does
+                self.cache.reset()
+                out = self.model(torch.tensor([self.ids[-C:]], device=self.device), cache=self.cache)
+                self._prefix = n <= C
+            self._logits = out[:, -1]  # (1, V)
+        return self._logits
+
+    def sample(
+        self,
+        temperature: float = 1.0,
+        greedy: bool = False,
+        generator: torch.Generator | None = None,
+        *,
+        top_k: int | None = None,
+        top_p: float | None = None,
+    ) -> int:
+        """Draw the next token (as :func:`sample_next` does), append it, and return it."""
+        token = int(sample_next(self.logits(), temperature, top_k, top_p, greedy, generator))
+        self.extend([token])
+        return token

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from course_lib.generation import filter_logits, generate, sample_next, stream, stream_text
+from course_lib.generation import Session, filter_logits, generate, sample_next, stream, stream_text
 from course_lib.model import GPT, GPTConfig
 from course_lib.tokenization import BPETokenizer
 
@@ -374,3 +374,35 @@ def test_the_compiled_step_generates_the_same_tokens(one_thread):
         assert generate_batch(model, prompts, 16, greedy=True, step=compiled_step("aot_eager")) == eager
     assert counters["stats"]["unique_graphs"] == 1  # one graph for 30 steps: the slot is a tensor
     assert eager == [alone(model, p, 16, greedy=True) for p in prompts]
+
+
+# --------------------------------------------------------------------------------------
+# Session: one sequence, extended, sampled and cut back (the tool loop and the chat use it)
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("positional", ["learned", "rope"])
+def test_a_session_samples_what_generate_samples_and_takes_tokens_back(positional, tiny_gpt):
+    model = tiny_gpt(positional=positional, tie_weights=False)
+    prompt = [1, 2, 3, 4, 5]
+    session = Session(model, prompt)
+    tokens = [session.sample(greedy=True) for _ in range(20)]  # past the context of 16: the window slides
+    assert tokens == generate(model, torch.tensor([prompt]), 20, greedy=True)[0, 5:].tolist()
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    session = Session(model, prompt)
+    drawn = [session.sample(1.3, generator=g1, top_k=5) for _ in range(20)]
+    assert drawn == generate(model, torch.tensor([prompt]), 20, temperature=1.3, generator=g2, top_k=5)[0, 5:].tolist()
+    for keep, more in [(9, [7, 7]), (7, []), (3, [8])]:  # inside the cache, at its end, before a slide
+        session = Session(model, prompt)
+        for _ in range(14):
+            session.sample(greedy=True)
+        session.truncate(keep)
+        session.extend(more)
+        fresh = Session(model, session.ids)
+        assert [session.sample(greedy=True) for _ in range(4)] == [fresh.sample(greedy=True) for _ in range(4)]
+    with pytest.raises(ValueError, match="cannot truncate a session of 5 tokens to 6"):
+        Session(model, prompt).truncate(6)
+    with pytest.raises(ValueError, match="the session is empty"):
+        Session(model).sample()
+    with pytest.raises(ValueError, match="pass context_length"):
+        Session(torch.nn.Linear(2, 2))
