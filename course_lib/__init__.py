@@ -27,12 +27,13 @@ checks that the two agree. One module per idea:
 - ``evaluation``     answer form, exact match, multiple choice, a model as judge, intervals
 - ``prompting``      few-shot prompts, classification by likelihood, voting, best-of-n
 - ``tools``          a safe calculator and the loop that pauses generation to call it
+- ``chat``           a conversation: chat templates, turns over one KV cache, streaming, stop
 - ``limits``         memorisation and next-word probability probes
 - ``preference``     preference pairs, sequence log-probabilities, the DPO loss and training
 - ``rl``             group sampling, group-relative advantages, the GRPO objective and training
 - ``cards``          model cards and datasheets; training FLOPs and energy
 - ``plotting``       the figures and token colourings the notebooks show
-- ``widgets``        interactive explorers (ipywidgets)
+- ``widgets``        interactive explorers and the chat widget (ipywidgets)
 - ``exercises``      self-checks for the exercises at the end of each notebook
 - ``hidden_cases``   the instructor's cases for every exercise, larger and nastier than the visible ones
 - ``grading``        grade a class's notebooks: exercises checked outside the student's kernel

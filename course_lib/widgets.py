@@ -161,3 +161,115 @@ def sampling_explorer(
         w.observe(draw, names="value")
     draw()
     return widgets.VBox([text, widgets.HBox([temperature, top_k]), widgets.HBox([top_p, seed]), out, sample])
+
+
+class ChatWidget:
+    """A chat in the notebook: the conversation, a message box, Send / Stop / New chat, a
+    temperature slider and the speed of the last reply. A view of a headless
+    :class:`~course_lib.chat.Chat` (``.chat``), which holds the logic and the tests drive.
+
+    A reply is written in a background thread, so that the kernel stays free to receive the
+    Stop button's click while tokens stream in (``background=False`` writes it in the
+    caller's thread, as the tests do). Shown by ``display(widget)`` or as a cell's last value.
+    """
+
+    def __init__(self, chat, background: bool = True):
+        self.chat, self.background = chat, background
+        self.history = widgets.HTML(layout=widgets.Layout(width="95%"))
+        self.current = widgets.HTML(layout=widgets.Layout(width="95%"))
+        self.input = widgets.Textarea(
+            placeholder="Type a message, then Send", layout=widgets.Layout(width="95%", height="60px")
+        )
+        self.send_button = widgets.Button(description="Send", button_style="primary", icon="paper-plane")
+        self.stop_button = widgets.Button(description="Stop", icon="stop", disabled=True)
+        self.new_button = widgets.Button(description="New chat", icon="refresh")
+        self.temperature = widgets.FloatSlider(
+            value=chat.temperature, min=0.0, max=1.5, step=0.1, description="temperature"
+        )
+        self.speed = widgets.Label("")
+        self.thread = None
+        self.send_button.on_click(self.send)
+        self.stop_button.on_click(lambda _: self.chat.stop())
+        self.new_button.on_click(self.new_chat)
+        self.temperature.observe(self._set_temperature, names="value")
+        self.box = widgets.VBox(
+            [
+                self.history,
+                self.current,
+                self.input,
+                widgets.HBox([self.send_button, self.stop_button, self.new_button, self.temperature]),
+                self.speed,
+            ]
+        )
+        self._show_history()
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.box._repr_mimebundle_(**kwargs)
+
+    def _set_temperature(self, change) -> None:
+        self.chat.temperature = change["new"]
+
+    @staticmethod
+    def _turn(role: str, text: str) -> str:
+        who = {"user": "You", "assistant": "Model", "system": "System"}.get(role, role)
+        body = html.escape(text)
+        return f"<div style='white-space:pre-wrap;margin:4px 0'><b>{who}:</b> {body}</div>"
+
+    def _show_history(self) -> None:
+        self.history.value = "".join(self._turn(m["role"], m["content"]) for m in self.chat.messages)
+
+    def send(self, _=None) -> None:
+        """Send the message box's text (the Send button)."""
+        text = self.input.value.strip()
+        if not text or (self.thread is not None and self.thread.is_alive()):
+            return
+        self.input.value = ""
+        self.send_button.disabled, self.stop_button.disabled = True, False
+        self.history.value += self._turn("user", text)
+        if self.background:
+            import threading
+
+            self.thread = threading.Thread(target=self._reply, args=(text,), daemon=True)
+            self.thread.start()
+        else:
+            self._reply(text)
+
+    def _reply(self, text: str) -> None:
+        written = ""
+        try:
+            for piece in self.chat.send(text):
+                written += piece
+                self.current.value = self._turn("assistant", written + " ▌")
+        except Exception as error:  # shown in the widget: a thread's exception would vanish
+            self.current.value = f"<pre style='color:#b00'>{html.escape(repr(error))}</pre>"
+            raise
+        else:
+            self.current.value = ""
+            self.speed.value = (
+                f"{self.chat.last_tokens} tokens in {self.chat.last_seconds:.1f} s: "
+                f"{self.chat.tokens_per_second:.1f} tokens/s ({self.chat.last_end})"
+            )
+            self._show_history()
+        finally:
+            self.send_button.disabled, self.stop_button.disabled = False, True
+
+    def new_chat(self, _=None) -> None:
+        """Forget the conversation (the New chat button)."""
+        self.chat.stop()
+        self.join()
+        self.chat.reset()
+        self.current.value = self.speed.value = ""
+        self._show_history()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until the reply being written is done."""
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+
+def chat_widget(model, tokenizer, template: str | None = None, eos_id: int | None = None, **options) -> ChatWidget:
+    """A :class:`ChatWidget` over a new :class:`~course_lib.chat.Chat` (options as there:
+    ``system``, ``max_new_tokens``, ``temperature``, ``seed``, ``tool``)."""
+    from .chat import Chat
+
+    return ChatWidget(Chat(model, tokenizer, template, eos_id, **options))

@@ -221,6 +221,21 @@ def test_smollm2_batched_answers_are_its_answers_one_at_a_time(smollm2, one_thre
         assert new == out[0, len(prompt) :].tolist()
 
 
+def test_a_chat_with_smollm2_answers_each_turn_as_generate_does(smollm2, one_thread):
+    from course_lib.chat import Chat
+    from course_lib.generation import generate
+
+    config, tensors, tokenizer, notes = smollm2
+    model = load_llama_state_dict(GPT(config), tensors).eval()
+    chat = Chat(model, tokenizer, notes["chat_template"], notes["eos_id"], max_new_tokens=8)
+    for message in ("What is 2+2?", "And 3+3?"):
+        messages = chat.messages + [{"role": "user", "content": message}]
+        prompt = tokenizer.encode(apply_chat_template(notes["chat_template"], messages), allowed_special="all")
+        out = generate(model, torch.tensor([prompt]), 8, greedy=True, eos_id=notes["eos_id"])[0, len(prompt) :]
+        assert chat.say(message) == tokenizer.decode([t for t in out.tolist() if t != notes["eos_id"]])
+    assert chat.render().startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+
+
 def test_smollm2_chat_template_is_what_transformers_renders(smollm2):
     path = smollm2_path()
     hf = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)

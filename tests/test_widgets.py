@@ -76,3 +76,61 @@ def test_sampling_explorer_follows_its_sliders():
     text.value = "cat "
     assert "cat " in sample.value
     plt.close("all")
+
+
+def test_the_chat_widget_sends_streams_stops_and_starts_over():
+    from course_lib.chat import Chat
+    from course_lib.instruct import ASSISTANT, USER
+    from course_lib.model import GPT, GPTConfig
+    from course_lib.tokenization import train_bpe
+
+    tok = train_bpe("the cat sat on the mat " * 20, 280, special_tokens=["<|endoftext|>", USER, ASSISTANT])
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, context_length=64, n_layers=1, n_heads=2, d_model=16))
+    for background in (False, True):  # True: the reply is written in a thread, as in a notebook
+        view = widgets.ChatWidget(Chat(model, tok, max_new_tokens=6), background=background)
+        assert "Send" in [b.description for b in view.box.children[3].children]
+        view.input.value = "the cat?"
+        view.send_button.click()
+        view.join(timeout=60)
+        assert view.input.value == "" and not view.send_button.disabled and view.stop_button.disabled
+        assert "<b>You:</b> the cat?" in view.history.value and "<b>Model:</b>" in view.history.value
+        assert [m["role"] for m in view.chat.messages] == ["user", "assistant"]
+        assert "tokens/s (token limit)" in view.speed.value and view.current.value == ""
+        view.temperature.value = 0.8
+        assert view.chat.temperature == 0.8
+        view.new_button.click()
+        assert view.chat.messages == [] and view.history.value == ""
+    view.send_button.click()  # nothing typed: nothing sent
+    assert view.chat.messages == []
+
+
+def test_the_stop_button_ends_a_reply_being_written():
+    class Slow:
+        """A stand-in for course_lib.chat.Chat (tested headless in test_chat.py) whose reply
+        never ends by itself."""
+
+        temperature, messages, last_tokens, last_seconds, last_end = 0.0, [], 0, 1.0, ""
+        tokens_per_second = 0.0
+
+        def __init__(self):
+            self.stopped = False
+
+        def send(self, text):
+            import time
+
+            while not self.stopped:
+                time.sleep(0.01)
+                yield "."
+            self.last_end = "stopped"
+
+        def stop(self):
+            self.stopped = True
+
+    view = widgets.ChatWidget(Slow())
+    view.input.value = "go on"
+    view.send_button.click()
+    assert not view.stop_button.disabled  # while it writes
+    view.stop_button.click()
+    view.join(timeout=10)
+    assert not view.thread.is_alive() and "(stopped)" in view.speed.value
