@@ -12,7 +12,9 @@ the other answers sampled for the same question.
 - :func:`group_advantages`: (r - mean of the group) / (std of the group + ε);
 - :func:`grpo_loss`: the clipped surrogate, averaged over each answer's tokens, then over
   answers, plus β times an estimate of the KL divergence to a frozen reference;
-- :func:`train_grpo`: sample, score, take one step of the shared fine-tuning loop, repeat.
+- :func:`train_grpo`: sample, score, take one step of the shared fine-tuning loop, repeat;
+- :func:`pass_at_1` (greedy) and :func:`sampled_rewards` (G samples per held-out question)
+  measure what it changed.
 
 The numbers follow TRL's ``GRPOTrainer`` (its ``loss_type="grpo"``), which the tests check.
 """
@@ -259,3 +261,29 @@ def pass_at_1(
     answers = [answer(model, tokenizer, format_prompt(q, style), max_new_tokens)[0] for q in questions]
     passed = sum(rewards_of(reward, [a], q).item() >= 1.0 for a, q in zip(answers, questions))
     return int(passed), answers
+
+
+@torch.no_grad()
+def sampled_rewards(
+    model: GPT,
+    tokenizer,
+    questions: Sequence[Instruction],
+    reward: RewardFunction,
+    group_size: int = 8,
+    max_new_tokens: int = 12,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+    style: str = "short",
+) -> torch.Tensor:
+    """(Q, G): the reward of each of ``group_size`` answers sampled (as in training) for each
+    question. Its row means are each question's chance of a rewarded sample; a row with any
+    reward of at least 1 is a question solved within G tries (pass@G with a 0/1 reward)."""
+    if not questions:
+        raise ValueError("sampled_rewards needs at least one question")
+    eos_id = tokenizer.special_tokens[ENDOFTEXT]
+    rows = []
+    for q in questions:
+        prompt = tokenizer.encode(format_prompt(q, style), allowed_special="all")
+        completions = sample_group(model, prompt, group_size, max_new_tokens, eos_id, temperature, generator)
+        rows.append(rewards_of(reward, [decode_answer(tokenizer, c, eos_id) for c in completions], q))
+    return torch.stack(rows)  # (Q, G)

@@ -23,6 +23,7 @@ from course_lib.rl import (
     pass_at_1,
     rewards_of,
     sample_group,
+    sampled_rewards,
     train_grpo,
 )
 
@@ -276,3 +277,22 @@ def test_train_grpo_with_a_kl_leash_stays_nearer_the_reference(tiny_gpt):
         train_grpo(model, tokenizer, QUESTIONS, share_of_a, config, grpo, reference=reference, progress=False)
         drift[beta] = sum((p - q).norm() ** 2 for p, q in zip(model.parameters(), reference.parameters())).item()
     assert drift[1.0] < drift[0.0]
+
+
+def test_sampled_rewards_score_each_sample_of_each_question(small):
+    model, tokenizer = small
+    questions = [{"instruction": "Hi.", "input": "", "output": "x"}, {"instruction": "Yo.", "input": "", "output": "y"}]
+    seen = []
+
+    def reward(text, example):
+        seen.append((text, example["output"]))
+        return float(len(seen) % 2)
+
+    got = sampled_rewards(model, tokenizer, questions, reward, 3, 4, generator=torch.Generator().manual_seed(0))
+    assert got.shape == (2, 3) and got.flatten().tolist() == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    assert [o for _, o in seen] == ["x"] * 3 + ["y"] * 3  # each question's samples scored against it
+    again = sampled_rewards(model, tokenizer, questions, exact_reward, 3, 4, generator=torch.Generator().manual_seed(0))
+    first = sampled_rewards(model, tokenizer, questions, exact_reward, 3, 4, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(again, first)  # seeded
+    with pytest.raises(ValueError, match="at least one question"):
+        sampled_rewards(model, tokenizer, [], exact_reward)
