@@ -6,8 +6,9 @@ keeps the messages, renders them with
 
 - the model's own template (SmolLM2's Jinja template from its GGUF file, via
   :func:`~course_lib.pretrained.apply_chat_template`), or
-- the course's role tokens of chapter 11 (:func:`course_chat_prompt`):
-  ``<|user|>question<|assistant|>answer<|endoftext|><|user|>...``,
+- one of the course's prompt styles of chapter 11 (:func:`course_chat_prompt`): the role
+  tokens, ``<|user|>question<|assistant|>answer<|endoftext|><|user|>...``, or the
+  ``### Instruction`` / ``### Response`` sections the tuned model of notebook 11 learned,
 
 and streams the reply piece by piece. Its :class:`~course_lib.generation.Session` keeps the KV
 cache between turns: a new turn runs only the tokens the conversation gained (the longest
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from .generation import Session
-from .instruct import ASSISTANT, USER
+from .instruct import ASSISTANT, PROMPT_STYLES, USER, format_prompt
 from .model import GPT
 from .pretrained import apply_chat_template
 from .tokenization import ENDOFTEXT
@@ -33,24 +34,25 @@ from .tools import Reply, ToolCall, ToolMarkers
 Message = dict[str, str]
 
 
-def course_chat_prompt(messages: list[Message], add_generation_prompt: bool = True) -> str:
-    """Chapter 11's chat format for a whole conversation: each user turn between ``<|user|>``
-    and ``<|assistant|>`` (stripped, as :func:`~course_lib.instruct.format_prompt` writes it),
-    each answer followed by ``<|endoftext|>``; one user turn gives exactly ``format_prompt``'s
-    chat prompt. The course model has no system turn."""
+def course_chat_prompt(messages: list[Message], style: str = "chat") -> str:
+    """A whole conversation in one of chapter 11's prompt styles: each user turn as
+    :func:`~course_lib.instruct.format_prompt` writes an instruction (``chat``: between
+    ``<|user|>`` and ``<|assistant|>``; ``short``: ``### Instruction:`` ... ``### Response:``),
+    each answer followed by ``<|endoftext|>``, as in training; the last user turn leaves the
+    answer open. One user turn gives exactly ``format_prompt``'s prompt. No system turn."""
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"unknown prompt style {style!r}; choose one of {', '.join(PROMPT_STYLES)}")
     parts = []
     for k, message in enumerate(messages):
         role, content = message["role"], message["content"]
         if role == "user":
-            parts.append(f"{USER}{content.strip()}{ASSISTANT}")
+            parts.append(format_prompt({"instruction": content}, style))
         elif role == "assistant":
             if k == 0 or messages[k - 1]["role"] != "user":
                 raise ValueError(f"message {k}: an assistant turn must answer a user turn")
             parts.append(f"{content}{ENDOFTEXT}")
         else:
-            raise ValueError(f"message {k}: the course's role tokens have user and assistant turns only, got {role!r}")
-    if not add_generation_prompt and parts and messages[-1]["role"] == "user":
-        parts[-1] = parts[-1][: -len(ASSISTANT)]
+            raise ValueError(f"message {k}: the course's formats have user and assistant turns only, got {role!r}")
     return "".join(parts)
 
 
@@ -58,7 +60,9 @@ class Chat:
     """A conversation with ``model``.
 
     ``template``: the model's Jinja chat template (``notes["chat_template"]`` of
-    :func:`~course_lib.pretrained.load_smollm2`), or None for the course's role tokens.
+    :func:`~course_lib.pretrained.load_smollm2`), or one of chapter 11's prompt styles
+    (:func:`course_chat_prompt`): ``"chat"`` (the role tokens, the default) or ``"short"``
+    (``### Instruction`` / ``### Response``, what notebook 11's tuned model learned).
     ``eos_id`` ends a reply (default: the tokenizer's ``<|endoftext|>``). ``system`` starts the
     conversation with a system message (templates that have one). ``temperature`` 0 is greedy.
     ``tool`` (e.g. :func:`~course_lib.tools.calculator`) is run when the model closes a call.
@@ -77,15 +81,17 @@ class Chat:
         tool: Callable[[str], str] | None = None,
         markers: ToolMarkers | None = None,
     ):
-        self.model, self.tokenizer, self.template = model, tokenizer, template
+        self.model, self.tokenizer = model, tokenizer
         if eos_id is None:
             if ENDOFTEXT not in getattr(tokenizer, "special_tokens", {}):
                 raise ValueError(f"the tokenizer has no {ENDOFTEXT}: pass the model's end-of-turn id as eos_id")
             eos_id = tokenizer.special_tokens[ENDOFTEXT]
-        if template is None and not {USER, ASSISTANT} <= set(getattr(tokenizer, "special_tokens", {})):
+        self.template = template = "chat" if template is None else template
+        if template == "chat" and not {USER, ASSISTANT} <= set(getattr(tokenizer, "special_tokens", {})):
             raise ValueError(
                 f"the course's chat format needs the role tokens {USER} and {ASSISTANT} in the tokenizer "
-                "(instruct.add_special_tokens adds them, chapter 11), or pass the model's chat template"
+                "(instruct.add_special_tokens adds them, chapter 11); a model tuned on ### Instruction prompts "
+                "takes template='short'; a chat model, its own chat template"
             )
         self.eos_id, self.max_new_tokens, self.temperature = eos_id, max_new_tokens, temperature
         self.tool, self.markers = tool, markers or ToolMarkers()
@@ -96,11 +102,11 @@ class Chat:
         self._stop = False
         self.last_tokens, self.last_seconds, self.last_end = 0, 0.0, ""
 
-    def render(self, add_generation_prompt: bool = True) -> str:
+    def render(self) -> str:
         """The conversation as the model reads it, ending with the assistant's turn opened."""
-        if self.template is None:
-            return course_chat_prompt(self.messages, add_generation_prompt)
-        return apply_chat_template(self.template, self.messages, add_generation_prompt)
+        if self.template in PROMPT_STYLES:
+            return course_chat_prompt(self.messages, self.template)
+        return apply_chat_template(self.template, self.messages)
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, allowed_special="all")

@@ -37,16 +37,21 @@ def test_the_course_format_is_chapter_11s_prompt_turn_after_turn():
     assert course_chat_prompt(one) == format_prompt({"instruction": "What is a cat?"}, "chat")
     two = one + [{"role": "assistant", "content": "a pet"}, {"role": "user", "content": "and a dog?"}]
     assert course_chat_prompt(two) == f"{USER}What is a cat?{ASSISTANT}a pet{ENDOFTEXT}{USER}and a dog?{ASSISTANT}"
+    short = course_chat_prompt(two, "short")
+    assert short.startswith(format_prompt({"instruction": "What is a cat?"}, "short") + f"a pet{ENDOFTEXT}")
+    assert short.endswith(format_prompt({"instruction": "and a dog?"}, "short"))
     with pytest.raises(ValueError, match="user and assistant turns only, got 'system'"):
         course_chat_prompt([{"role": "system", "content": "x"}])
+    with pytest.raises(ValueError, match="unknown prompt style 'long'"):
+        course_chat_prompt(one, "long")
     with pytest.raises(ValueError, match="must answer a user turn"):
         course_chat_prompt([{"role": "assistant", "content": "x"}])
 
 
-@pytest.mark.parametrize("template", [None, TEMPLATE])
+@pytest.mark.parametrize("template", [None, "short", TEMPLATE])
 def test_each_reply_is_what_generate_writes_after_the_rendered_conversation(chatty, template):
     model, tokenizer = chatty
-    eos = tokenizer.special_tokens["<|im_end|>" if template else ENDOFTEXT]
+    eos = tokenizer.special_tokens["<|im_end|>" if template == TEMPLATE else ENDOFTEXT]
     chat = Chat(model, tokenizer, template, eos_id=eos, max_new_tokens=12)
     seen = []
     for message in ("what is a cat?", "the mat?", "a pet"):  # three turns over one session
@@ -116,8 +121,9 @@ def test_bad_chats_name_the_problem(chatty):
     with pytest.raises(ValueError, match="the message is empty"):
         next(Chat(model, tokenizer).send("  "))
     plain = train_bpe("the cat sat on the mat " * 10, 270, special_tokens=[ENDOFTEXT])
-    with pytest.raises(ValueError, match="needs the role tokens <\\|user\\|> and <\\|assistant\\|>"):
+    with pytest.raises(ValueError, match="needs the role tokens <\\|user\\|> and <\\|assistant\\|>.*template='short'"):
         Chat(model, plain)
+    assert Chat(model, plain, "short").render() == ""
     with pytest.raises(ValueError, match="user and assistant turns only"):
         Chat(model, tokenizer, system="be nice")
     assert (
