@@ -11,13 +11,14 @@ alternating rounds (``reference.alternate``), medians. For each model:
   ``torch.compile`` (``--compile``; on CUDA in ``mode="reduce-overhead"``, a CUDA graph);
 - **batches** of 1, 4 and 16 prompts of different lengths through ``generate_batch``: tokens/s
   of all rows together, and the gain over batch 1;
-- **the limits**, measured in the same run: the *bandwidth limit* is the bytes one decoding
-  step must read (every weight matrix once, plus the cached keys and values of every row; the
-  embedding lookup reads only a row per token) divided by the copy bandwidth of this device
-  (a tensor far larger than the caches copied; read + write counted). The *matrix-vector
-  floor* is the time of the model's matrix products alone at the same batch size, one
-  ``F.linear`` per weight matrix in a loop: what decoding would cost with no attention, no
-  norms and no Python around them.
+- **the limits**, measured in the same alternating rounds as the decoding they bound: the
+  *bandwidth limit* is the bytes one decoding step must read (every weight matrix once, plus
+  the cached keys and values of every row; the embedding lookup reads only a row per token)
+  divided by the read bandwidth of this device for that many bytes (one ``torch.mv`` over a
+  matrix of the weights' size: from DRAM for SmolLM2, from the CPU's caches for a model that
+  fits in them). The *matrix-vector floor* is the time of the model's matrix products alone
+  at the same batch size, one ``F.linear`` per weight matrix in a loop: what decoding would
+  cost with no attention, no norms and no Python around them.
 
 Models: ``default`` is a GPT-2 style model of 6 layers, width 384, vocabulary 103 (the offline
 corpus's characters), random weights; ``course`` the shipped course model; ``smollm2``
@@ -45,21 +46,13 @@ from course_lib.model import GPT, GPTConfig
 DEFAULT = dict(vocab_size=103, context_length=256, n_layers=6, n_heads=6, d_model=384)
 
 
-def copy_bandwidth(device: torch.device, megabytes: int, rounds: int = 5) -> float:
-    """Bytes per second of ``dst.copy_(src)`` (each byte read once and written once)."""
-    n = megabytes * 2**20 // 4
-    src = torch.ones(n, device=device)
-    dst = torch.empty_like(src)
-    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
-    dst.copy_(src)
-    times = []
-    for _ in range(rounds):
-        sync()
-        start = time.perf_counter()
-        dst.copy_(src)
-        sync()
-        times.append(time.perf_counter() - start)
-    return 2 * src.numel() * src.element_size() / sorted(times)[rounds // 2]
+def read_probe(nbytes: int, device: torch.device):
+    """A run that reads ``nbytes`` once, to be timed beside decoding: one matrix-vector product
+    over a float32 matrix of that size (the BLAS streams it faster than a sum or a copy does),
+    so bytes / its time is this device's read bandwidth at that working set."""
+    matrix = torch.ones(max(nbytes, 2**22) // 4096, 1024, device=device)
+    vector = torch.ones(1024, device=device)
+    return lambda: torch.mv(matrix, vector), matrix.numel() * 4
 
 
 def weight_bytes(model: GPT) -> int:
@@ -82,9 +75,9 @@ def cache_bytes(model: GPT, positions: float) -> float:
     return 2 * c.n_layers * c.kv_heads * c.head_dim * positions * element
 
 
-def matvec_seconds(model: GPT, batch: int, rounds: int) -> float:
-    """Median seconds of the model's matrix products alone for ``batch`` tokens: one F.linear
-    per weight matrix (attention, feed-forward, LM head), nothing else."""
+def matvec_run(model: GPT, batch: int):
+    """A run of the model's matrix products alone for ``batch`` tokens: one F.linear per weight
+    matrix (attention, feed-forward, LM head), nothing else."""
     weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
     x = {w.shape[1]: torch.randn(batch, w.shape[1], device=w.device, dtype=w.dtype) for w in weights}
 
@@ -93,7 +86,7 @@ def matvec_seconds(model: GPT, batch: int, rounds: int) -> float:
         for w in weights:
             F.linear(x[w.shape[1]], w)
 
-    return alternate({"matvec": products}, rounds)["matvec"]
+    return products
 
 
 def build(name: str, device: torch.device) -> tuple[GPT, str]:
@@ -121,7 +114,7 @@ def prompts_for(model: GPT, batch: int, length: int, seed: int = 0) -> list[list
     return [torch.randint(0, V, (n,), generator=g).tolist() for n in lengths[:batch]]
 
 
-def benchmark(name: str, args, device: torch.device, bandwidth: float) -> None:
+def benchmark(name: str, args, device: torch.device) -> None:
     model, what = build(name, device)
     c = model.config
     new = min(args.new, c.context_length - args.prompt)
@@ -150,10 +143,13 @@ def benchmark(name: str, args, device: torch.device, bandwidth: float) -> None:
             raise AssertionError(f"{name}: {label} generated other tokens than recomputation")
         if not same:
             print(f"  note: {label} differs from eager in some token (fused float arithmetic)")
-    median = alternate(runs, args.rounds)
+    probe, probe_bytes = read_probe(weight_bytes(model), device)
+    median = alternate({**runs, "read probe": probe, "matvec": matvec_run(model, 1)}, args.rounds)
+    bandwidth = probe_bytes / median.pop("read probe")
+    print(f"  read bandwidth at this working set: {bandwidth / 1e9:.1f} GB/s")
     positions = args.prompt + new / 2  # cached positions, on average over the generation
     limit = bandwidth / (weight_bytes(model) + cache_bytes(model, positions))  # tokens/s
-    floor = 1 / matvec_seconds(model, 1, args.rounds)
+    floor = 1 / median.pop("matvec")
     print(f"  batch 1, a {args.prompt}-token prompt, {new} new tokens, median of {args.rounds} rounds")
     print(f"  {'':<36} {'tokens/s':>9} {'vs recompute':>13} {'of bandwidth limit':>19} {'of matvec floor':>16}")
     base = median["recompute (no cache)"]
@@ -173,7 +169,10 @@ def benchmark(name: str, args, device: torch.device, bandwidth: float) -> None:
     for label, run in batched.items():
         if label.endswith("compiled"):
             run()  # compiled for this batch shape before the timing
-    median = alternate(batched, args.rounds)
+    for B in args.batches:
+        batched[f"matvec {B}"] = matvec_run(model, B)
+    median = alternate({**batched, "read probe": probe}, args.rounds)
+    bandwidth = probe_bytes / median.pop("read probe")
     print(f"  batches of prompts of {args.prompt // 2}..{args.prompt} tokens, {new} new tokens each (generate_batch)")
     print(f"  {'batch':>7} {'eager tokens/s':>15} {'vs batch 1':>11}", end="")
     print(f" {'compiled tokens/s':>18} {'vs batch 1':>11}" if step is not None else "", end="")
@@ -187,7 +186,7 @@ def benchmark(name: str, args, device: torch.device, bandwidth: float) -> None:
             best = max(best, compiled)
             line += f" {compiled:18.1f} {compiled / (new / median[f'{args.batches[0]} compiled']):10.2f}x"
         limit_b = B * bandwidth / (weight_bytes(model) + B * cache_bytes(model, positions))
-        floor_b = B / matvec_seconds(model, B, args.rounds)
+        floor_b = B / median[f"matvec {B}"]
         print(f"{line} {best / limit_b:18.0%} {best / floor_b:15.0%}")
 
 
@@ -231,22 +230,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--compile", default="inductor", help="a torch.compile backend, or '' for none")
-    parser.add_argument("--copy-mb", type=int, default=0, help="size of the bandwidth probe (default: 512 or 2048)")
     parser.add_argument("--reference", action="store_true", help="also time llms-from-scratch's KV-cache Llama")
     args = parser.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
-    bandwidth = copy_bandwidth(device, args.copy_mb or (2048 if device.type == "cuda" else 512))
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{args.threads} CPU threads"
-    print(
-        f"{where}, torch {torch.__version__}; copy bandwidth {bandwidth / 1e9:.1f} GB/s; greedy; "
-        f"every path checked to give recomputation's tokens before timing"
-    )
+    print(f"{where}, torch {torch.__version__}; greedy; every path checked to give recomputation's tokens first")
     with torch.no_grad():
         for name in args.models.split(","):
             try:
-                benchmark(name, args, device, bandwidth)
+                benchmark(name, args, device)
             except (ImportError, RuntimeError) as error:
                 if "SmolLM2" not in str(error):
                     raise
