@@ -294,9 +294,10 @@ def generate_batch(
     T = max(lengths)
     if max_new_tokens == 0:
         return [[] for _ in rows]
-    ids = torch.zeros(B, T + max_new_tokens, dtype=torch.long, device=device)  # (B, T + new): every token so far
+    ids = torch.zeros(B, T + max_new_tokens, dtype=torch.long)  # (B, T + new): every token so far
     for b, row in enumerate(rows):
-        ids[b, T - len(row) : T] = torch.tensor(row, device=device)  # left padding (id 0, never attended to)
+        ids[b, T - len(row) : T] = torch.tensor(row)  # left padding (id 0, never attended to)
+    ids = ids.to(device)  # one transfer for the whole batch
     pad = torch.tensor([T - n for n in lengths], device=device)  # (B,)
     cache = model.new_static_cache(pad, T + max_new_tokens - 1)  # the last new token is never fed
     finished = torch.zeros(B, 1, dtype=torch.bool, device=device)
