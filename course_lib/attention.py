@@ -271,6 +271,10 @@ class StaticKVCache:
         self.slot = torch.zeros((), dtype=torch.long, device=device)  # the next slot to write
         self.layers = [StaticLayerKV(self.keys[i], self.values[i]) for i in range(n_layers)]
         self._slots = torch.arange(max_length, device=device)  # (L,)
+        for tensor in (self.keys, self.values, self.slot, self.pad, self._slots):
+            # for CUDA graphs (torch.compile's mode="reduce-overhead"): these addresses stay put while
+            # the graph replays; a new cache makes it record again, not recompile
+            torch._dynamo.mark_static_address(tensor)
 
     @property
     def batch_size(self) -> int:
