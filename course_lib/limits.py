@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -26,6 +26,15 @@ class Verbatim:
     exact: float  # share of prefixes whose whole continuation is reproduced
     mean_tokens: float  # mean number of leading continuation tokens reproduced
     n: int
+    leading: list[int] = field(default_factory=list, repr=False)  # that number, per prefix
+
+    def mean_tokens_interval(self, z: float = 1.96) -> tuple[float, float]:
+        """A 95% interval for ``mean_tokens`` (normal approximation: mean ± z·sd/√n)."""
+        if len(self.leading) < 2:
+            raise ValueError(f"need the counts of at least 2 prefixes, got {len(self.leading)}")
+        values = torch.tensor(self.leading, dtype=torch.float64)
+        half = z * values.std().item() / len(values) ** 0.5
+        return self.mean_tokens - half, self.mean_tokens + half
 
 
 @torch.no_grad()
@@ -42,7 +51,12 @@ def verbatim_continuations(
     out = generate(model, windows[:, :prefix_length], length, greedy=True).cpu()  # (n, prefix + length)
     same = out[:, prefix_length:] == windows[:, prefix_length:]  # (n, length)
     leading = same.long().cumprod(dim=1).sum(dim=1)  # (n,): tokens right before the first mistake
-    return Verbatim(exact=same.all(dim=1).float().mean().item(), mean_tokens=leading.float().mean().item(), n=n)
+    return Verbatim(
+        exact=same.all(dim=1).float().mean().item(),
+        mean_tokens=leading.float().mean().item(),
+        n=n,
+        leading=leading.tolist(),
+    )
 
 
 @torch.no_grad()
