@@ -7,7 +7,7 @@ Direct Preference Optimisation (Rafailov et al., 2023) learns from pairs without
   documented answer is *chosen*, the answer of another example of the same kind (same split)
   is *rejected*; pairs inherit chapter 11's split by a hash of the fact;
   :func:`own_answer_pairs` rejects the model's own greedy answer instead (as SPIN does),
-  computed by :func:`greedy_answers` in batches of prompts of equal length;
+  computed for many prompts at once by :func:`~course_lib.instruct.answer_batch`;
 - :func:`token_logprobs` / :func:`sequence_logprobs`: log p(answer | prompt) under a model,
   summed over the answer's tokens and its closing end-of-text, the prompt masked by chapter 11's
   :func:`~course_lib.instruct.collate`;
@@ -28,11 +28,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .finetuning import FineTuneConfig, fine_tune
-from .generation import generate
-from .instruct import IGNORE_INDEX, collate, encode_instruction, format_prompt
+from .instruct import IGNORE_INDEX, answer_batch, collate, encode_instruction, format_prompt
 from .runtime import evaluating, model_device
 from .tasks import Instruction
-from .tokenization import ENDOFTEXT
 from .training import History
 
 Encoded = tuple[list[int], int]
@@ -84,32 +82,6 @@ def preference_pairs(
     return pairs
 
 
-@torch.no_grad()
-def greedy_answers(
-    model: nn.Module, tokenizer, prompts: Sequence[str], max_new_tokens: int = 48, batch_size: int = 64
-) -> list[str]:
-    """The greedy answer to each prompt, as :func:`~course_lib.instruct.answer` gives it (up to
-    end-of-text, stripped), computed for many prompts at once: prompts of equal token length
-    form a batch, so no padding is needed and each batch shares one pass of the KV cache."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size}")
-    eos_id = tokenizer.special_tokens[ENDOFTEXT]
-    context = model.config.context_length
-    ids = [tokenizer.encode(p, allowed_special="all")[-(context - 1) :] for p in prompts]  # as answer() cuts
-    by_length: dict[int, list[int]] = {}
-    for k, row in enumerate(ids):
-        by_length.setdefault(len(row), []).append(k)
-    texts = [""] * len(ids)
-    for length, members in by_length.items():
-        for start in range(0, len(members), batch_size):
-            chunk = members[start : start + batch_size]
-            rows = torch.tensor([ids[k] for k in chunk])  # (B, length): no padding
-            new = generate(model, rows, max_new_tokens, greedy=True, eos_id=eos_id)[:, length:].tolist()
-            for k, row in zip(chunk, new):
-                texts[k] = tokenizer.decode(row[: row.index(eos_id)] if eos_id in row else row).strip()
-    return texts
-
-
 def own_answer_pairs(
     model: nn.Module,
     tokenizer,
@@ -122,11 +94,11 @@ def own_answer_pairs(
     Chen et al., 2024): the documented output is chosen. An example the model already answers
     exactly, or answers with nothing, gives no pair. Keys as :func:`preference_pairs`."""
     chosen = [e for e in examples if e.get("kind") in kinds]
-    own = greedy_answers(model, tokenizer, [format_prompt(e, style) for e in chosen], max_new_tokens)
+    own = answer_batch(model, tokenizer, [format_prompt(e, style) for e in chosen], max_new_tokens)
     return [
         {"instruction": e["instruction"], "input": e.get("input", ""), "chosen": e["output"],
          "rejected": text, "kind": e["kind"]}
-        for e, text in zip(chosen, own)
+        for e, (text, _) in zip(chosen, own)
         if text and text != e["output"].strip()
     ]  # fmt: skip
 

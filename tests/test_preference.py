@@ -17,7 +17,6 @@ from course_lib.preference import (
     disable_dropout,
     dpo_loss,
     encode_pair,
-    greedy_answers,
     own_answer_pairs,
     preference_pairs,
     score_pairs,
@@ -238,27 +237,13 @@ def test_disable_dropout(tiny_gpt):
     assert F.dropout is not None  # the functional form is untouched
 
 
-def test_greedy_answers_in_batches_equal_one_answer_at_a_time(course):
-    from course_lib.instruct import answer
-
-    model, tokenizer, _ = course
-    prompts = ["### Instruction:\nWhat does `math.sqrt` do?\n\n### Response:\n",
-               "### Instruction:\nWhat does `os.path.join` do?\n\n### Response:\n",
-               "### Instruction:\nWhat does `math.cos` do?\n\n### Response:\n", "x" * 400]  # fmt: skip
-    with torch.no_grad():
-        expected = [answer(model, tokenizer, p, 12)[0] for p in prompts]
-    assert greedy_answers(model, tokenizer, prompts, 12, batch_size=2) == expected
-    with pytest.raises(ValueError, match="batch_size"):
-        greedy_answers(model, tokenizer, prompts, 12, batch_size=0)
-
-
 def test_own_answer_pairs_reject_the_models_own_answer(data, course, monkeypatch):
     import course_lib.preference as preference
 
     model, tokenizer, _ = course
     examples = [e for e in data.val if e["kind"] == "describe"][:3] + [e for e in data.val if e["kind"] == "area"][:1]
     own = ["Return it.", examples[1]["output"], ""]  # a wrong answer, the right one, nothing
-    monkeypatch.setattr(preference, "greedy_answers", lambda m, t, prompts, n: own[: len(prompts)])
+    monkeypatch.setattr(preference, "answer_batch", lambda m, t, prompts, n: [(a, True) for a in own[: len(prompts)]])
     pairs = own_answer_pairs(model, tokenizer, examples)
     assert len(pairs) == 1  # the exact answer and the empty one give no pair; the area example is another kind
     assert pairs[0]["chosen"] == examples[0]["output"] and pairs[0]["rejected"] == "Return it."
