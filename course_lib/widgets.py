@@ -183,8 +183,13 @@ class ChatWidget:
         self.send_button = widgets.Button(description="Send", button_style="primary", icon="paper-plane")
         self.stop_button = widgets.Button(description="Stop", icon="stop", disabled=True)
         self.new_button = widgets.Button(description="New chat", icon="refresh")
-        self.temperature = widgets.FloatSlider(
-            value=chat.temperature, min=0.0, max=1.5, step=0.1, description="temperature"
+        self.temperature = widgets.FloatSlider(  # the label whole, not cut to "temperat..."
+            value=chat.temperature,
+            min=0.0,
+            max=1.5,
+            step=0.1,
+            description="temperature",
+            style={"description_width": "initial"},
         )
         self.speed = widgets.Label("")
         self.thread = None

@@ -4,6 +4,7 @@ Locally the test is skipped when Chromium, npm or Playwright is missing; CI sets
 COURSE_REQUIRE_BROWSER=1 (see .ci/run), which turns a missing piece into a failure.
 """
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -147,12 +148,16 @@ def test_deck_in_a_real_browser(notebook, decks, browser):
     assert not found, "\n".join(found)
 
 
-@pytest.fixture(scope="module")
-def lab_server():
-    """A JupyterLab server on a free localhost port, as `python3 course.py lab` starts it."""
+@contextlib.contextmanager
+def jupyterlab(root: Path):
+    """A JupyterLab server (RISE included) serving ``root`` on a free localhost port, as
+    `python3 course.py lab` starts it; yields (base URL, token). The page exposes the app as
+    ``window.jupyterapp`` (for the tests to run cells); the server's settings and workspaces are
+    its own (a temporary folder, news notifications off), not the user's."""
     import socket
     import subprocess
     import sys
+    import tempfile
     import time
     import urllib.request
 
@@ -160,35 +165,53 @@ def lab_server():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     token = "course-test"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            f"--port={port}",
-            "--ip=127.0.0.1",
-            "--allow-root",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={ROOT / 'notebooks'}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(120):
-            try:
-                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("JupyterLab did not start within 60 s")
-        yield base, token
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with tempfile.TemporaryDirectory() as home:
+        notification = Path(home, "settings", "@jupyterlab", "apputils-extension", "notification.jupyterlab-settings")
+        notification.parent.mkdir(parents=True)
+        notification.write_text('{"fetchNews": "false"}')
+        env = {
+            **os.environ,
+            "JUPYTERLAB_SETTINGS_DIR": str(Path(home, "settings")),
+            "JUPYTERLAB_WORKSPACES_DIR": str(Path(home, "workspaces")),
+        }
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                f"--port={port}",
+                "--ip=127.0.0.1",
+                "--allow-root",
+                f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={root}",
+                "--LabApp.expose_app_in_browser=True",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        base = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(240):
+                try:
+                    urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.5)
+            else:
+                pytest.fail("JupyterLab did not start within 120 s")
+            yield base, token
+        finally:
+            server.terminate()  # its kernels too
+            server.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def lab_server():
+    """JupyterLab on the course's notebooks."""
+    with jupyterlab(ROOT / "notebooks") as server:
+        yield server
 
 
 def test_rise_presents_a_notebook_live(lab_server, browser):
@@ -213,6 +236,182 @@ def test_rise_presents_a_notebook_live(lab_server, browser):
     ) + types.count("subslide")
     assert page.locator(".reveal section.present").first.is_visible()
     page.screenshot(path=str(SCREENSHOTS / "rise_live.png"))
+    found = list(outside)
+    page.close()
+    assert not found, f"the live slideshow reached outside the machine: {found}"
+
+
+# ----------------------------------------------------------------------------------------
+# The chat widget, live: typed into and answered in JupyterLab and on a RISE slide
+# ----------------------------------------------------------------------------------------
+
+CHAT_CELL = """\
+import torch
+
+from course_lib.model import GPT, GPTConfig
+from course_lib.tokenization import gpt2_encoding
+from course_lib.widgets import chat_widget
+
+torch.set_num_threads(1)
+torch.manual_seed(0)
+tokenizer = gpt2_encoding()
+config = GPTConfig(vocab_size=tokenizer.n_vocab, context_length=128, n_layers=1, n_heads=2, d_model=32)
+model = GPT(config).eval()
+chat_widget(model, tokenizer, "short", eos_id=tokenizer.eot_token, max_new_tokens=12, temperature=0.8, seed=0)"""
+MESSAGE = "What does a tokenizer do?"
+
+
+def write_chat_notebook(path: Path) -> str:
+    """A one-slide notebook whose code cell builds a tiny random GPT (GPT-2's tokenizer, built
+    offline) and shows its chat widget; the RISE settings of the course's notebooks."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.metadata["rise"] = {"controls": True, "progress": True, "scroll": True, "theme": "white", "transition": "none"}
+    slide = {"slideshow": {"slide_type": "slide"}}
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("## A chat with a tiny model", metadata=slide),
+        nbformat.v4.new_code_cell(CHAT_CELL, metadata={"slideshow": {"slide_type": "-"}}),
+    ]
+    nbformat.write(nb, path)
+    return path.name
+
+
+@pytest.fixture(scope="module")
+def chat_lab(tmp_path_factory):
+    """JupyterLab on a temporary folder (what it saves stays out of notebooks/)."""
+    root = tmp_path_factory.mktemp("chat")
+    with jupyterlab(root) as (base, token):
+        yield root, base, token
+
+
+def watch_requests(page, base: str) -> list[str]:
+    """The URLs of the page's requests that leave the machine (filled as they are made)."""
+    outside: list[str] = []
+    local = (base, "data:", "blob:", "about:")
+    page.on("request", lambda request: None if request.url.startswith(local) else outside.append(request.url))
+    return outside
+
+
+def chat_view(scope):
+    """The chat widget's view in ``scope`` (a page or a slide) and its parts."""
+    view = scope.locator(".jp-OutputArea-output .widget-vbox:has(> .widget-textarea)").first
+    return {
+        "view": view,
+        "history": view.locator(".widget-html").first,
+        "text": view.locator(".widget-textarea textarea"),
+        "send": view.locator(".widget-button", has_text="Send"),
+        "stop": view.locator(".widget-button", has_text="Stop"),
+        "new": view.locator(".widget-button", has_text="New chat"),
+        "temperature": view.locator(".widget-hslider", has_text="temperature"),
+    }
+
+
+def converse(parts: dict, timeout: int = 120_000) -> None:
+    """Type the message, Send, and wait until the reply is in and measured."""
+    from playwright.sync_api import expect
+
+    parts["text"].fill(MESSAGE)
+    parts["send"].click()
+    expect(parts["history"]).to_contain_text(f"You: {MESSAGE}", timeout=timeout)
+    expect(parts["history"]).to_contain_text("Model:", timeout=timeout)  # written by the reply's thread
+    expect(parts["view"]).to_contain_text("tokens/s", timeout=timeout)
+    expect(parts["send"]).to_be_enabled(timeout=timeout)
+    expect(parts["stop"]).to_be_disabled()
+    expect(parts["text"]).to_have_value("")
+
+
+def test_the_chat_widget_answers_in_jupyterlab(chat_lab, browser):
+    from playwright.sync_api import expect
+
+    root, base, token = chat_lab
+    name = write_chat_notebook(root / "chat_lab.ipynb")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    outside = watch_requests(page, base)
+    page.goto(f"{base}/lab/tree/{name}?token={token}")
+    page.wait_for_function(  # the notebook open, its kernel started (slow on a busy machine)
+        """() => { const w = window.jupyterapp && jupyterapp.shell.currentWidget;
+                   const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+                   return !!k && k.connectionStatus === 'connected' && k.status === 'idle'; }""",
+        timeout=120_000,
+    )
+    page.evaluate("jupyterapp.commands.execute('notebook:run-all-cells')")
+    parts = chat_view(page)
+    expect(parts["send"]).to_be_visible(timeout=120_000)
+    for control in ("text", "stop", "new", "temperature"):
+        expect(parts[control]).to_be_visible()
+    expect(parts["stop"]).to_be_disabled()
+    expect(parts["history"]).to_have_text("")
+
+    converse(parts)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "chat_lab.png"))
+
+    parts["new"].click()  # the conversation forgotten: history and speed emptied
+    expect(parts["history"]).not_to_contain_text("You:", timeout=60_000)
+    expect(parts["view"]).not_to_contain_text("tokens/s", timeout=60_000)
+    found = list(outside)
+    page.close()
+    assert not found, f"JupyterLab reached outside the machine: {found}"
+
+
+def test_the_chat_widget_answers_on_a_rise_slide(chat_lab, browser):
+    import json
+    import time
+    import urllib.request
+    from importlib.metadata import version
+
+    from playwright.sync_api import expect
+
+    root, base, token = chat_lab
+    name = write_chat_notebook(root / "chat_rise.ipynb")
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    outside = watch_requests(page, base)
+    console: list[str] = []
+    page.on("console", lambda message: console.append(message.text) if message.type == "error" else None)
+    page.goto(f"{base}/rise/{name}?token={token}")
+    page.wait_for_selector(".reveal section.present .jp-CodeCell", timeout=60_000)
+
+    # RISE exposes no app: wait for its kernel through the server's API, then run the cell on
+    # the slide as a presenter does (select it, Ctrl+Enter).
+    deadline = time.monotonic() + 120
+    while True:
+        with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as response:
+            kernels = [s["kernel"] for s in json.load(response) if s["path"] == name]
+        if kernels and kernels[0]["execution_state"] == "idle":
+            break
+        assert time.monotonic() < deadline, f"no idle kernel for the RISE slideshow within 120 s: {kernels}"
+        time.sleep(1)
+    slide = page.locator(".reveal section.present")
+    slide.locator(".jp-CodeCell .jp-InputPrompt").first.click()
+    page.keyboard.press("Control+Enter")
+    output = slide.locator(".jp-CodeCell .jp-OutputArea-output").first
+    expect(output).to_be_visible(timeout=120_000)  # the cell ran on the slide
+
+    # The view renders where RISE's app loads the widget manager. jupyterlab_widgets >= 3.0.11
+    # (ipywidgets >= 8.1.3) needs @jupyterlab/console, which jupyterlab_rise 0.43.1's app does
+    # not share, so its manager fails to load and the cell shows the widget's text instead
+    # (jupyterlab-contrib/rise#119); ipywidgets 8.1.2 (jupyterlab_widgets 3.0.10) renders.
+    page.wait_for_function(
+        """(o) => o.querySelector('.jupyter-widgets') || o.matches('.jp-RenderedText')""",
+        arg=output.element_handle(),
+        timeout=120_000,
+    )
+    parts = chat_view(slide)
+    if not parts["send"].count() and any("@jupyterlab/console" in line for line in console):
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "chat_rise.png"))
+        found = list(outside)
+        page.close()
+        assert not found, f"the live slideshow reached outside the machine: {found}"
+        pytest.xfail(
+            f"RISE cannot load ipywidgets' manager (jupyterlab_widgets {version('jupyterlab_widgets')} needs "
+            "@jupyterlab/console, which jupyterlab_rise's app does not share; jupyterlab-contrib/rise#119)"
+        )
+    expect(parts["send"]).to_be_visible(timeout=60_000)
+    expect(parts["send"]).to_be_in_viewport()  # on the slide, not scrolled away
+    converse(parts)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "chat_rise.png"))
     found = list(outside)
     page.close()
     assert not found, f"the live slideshow reached outside the machine: {found}"

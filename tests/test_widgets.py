@@ -98,7 +98,7 @@ def test_the_chat_widget_sends_streams_stops_and_starts_over():
         assert [m["role"] for m in view.chat.messages] == ["user", "assistant"]
         assert "tokens/s (token limit)" in view.speed.value and view.current.value == ""
         view.temperature.value = 0.8
-        assert view.chat.temperature == 0.8
+        assert view.chat.temperature == 0.8 and view.temperature.style.description_width == "initial"
         view.new_button.click()
         assert view.chat.messages == [] and view.history.value == ""
     view.send_button.click()  # nothing typed: nothing sent
