@@ -89,6 +89,21 @@ def test_no_volatile_metadata(nb):
         assert set(cell.metadata) <= {"slideshow", "tags"}
 
 
+MAX_SLIDE_LINE = 90
+"""Characters of code a slide shows on one line (a wider line wraps in the decks, which reads badly)."""
+
+
+def test_visible_code_lines_fit_on_a_slide(nb):
+    long = [
+        line
+        for cell in nb.cells
+        if cell.cell_type == "code" and cell.metadata.get("slideshow", {}).get("slide_type") != "skip"
+        for line in cell.source.splitlines()
+        if len(line) > MAX_SLIDE_LINE
+    ]
+    assert not long, f"{len(long)} visible code lines longer than {MAX_SLIDE_LINE} characters, e.g. {long[0]!r}"
+
+
 def test_widget_views_have_saved_state(nb):
     """An explorer's output is only a placeholder without its state; the decks need both."""
     views = [
