@@ -31,7 +31,7 @@ import torch.nn as nn
 from .evaluation import exact_match
 from .finetuning import FineTuneConfig, fine_tune
 from .generation import generate
-from .instruct import answer, format_prompt
+from .instruct import answer_batch, format_prompt
 from .model import GPT
 from .preference import disable_dropout, token_logprobs
 from .runtime import evaluating
@@ -258,7 +258,8 @@ def pass_at_1(
 ) -> tuple[int, list[str]]:  # fmt: skip
     """``(passed, answers)``: how many greedy answers earn a reward of at least 1 (pass@1 with a
     0/1 reward), and the answers themselves."""
-    answers = [answer(model, tokenizer, format_prompt(q, style), max_new_tokens)[0] for q in questions]
+    prompts = [format_prompt(q, style) for q in questions]
+    answers = [text for text, _ in answer_batch(model, tokenizer, prompts, max_new_tokens)]  # = answer() each
     passed = sum(rewards_of(reward, [a], q).item() >= 1.0 for a, q in zip(answers, questions))
     return int(passed), answers
 

@@ -180,9 +180,10 @@ class ChatWidget:
         self.input = widgets.Textarea(
             placeholder="Type a message, then Send", layout=widgets.Layout(width="95%", height="60px")
         )
-        self.send_button = widgets.Button(description="Send", button_style="primary", icon="paper-plane")
-        self.stop_button = widgets.Button(description="Stop", icon="stop", disabled=True)
-        self.new_button = widgets.Button(description="New chat", icon="refresh")
+        # no icons: they need Font Awesome's font files, which the offline decks do not ship
+        self.send_button = widgets.Button(description="Send", button_style="primary")
+        self.stop_button = widgets.Button(description="Stop", disabled=True)
+        self.new_button = widgets.Button(description="New chat")
         self.temperature = widgets.FloatSlider(  # the label whole, not cut to "temperat..."
             value=chat.temperature,
             min=0.0,
