@@ -75,16 +75,19 @@ def cache_bytes(model: GPT, positions: float) -> float:
     return 2 * c.n_layers * c.kv_heads * c.head_dim * positions * element
 
 
-def matvec_run(model: GPT, batch: int):
-    """A run of the model's matrix products alone for ``batch`` tokens: one F.linear per weight
-    matrix (attention, feed-forward, LM head), nothing else."""
+def matvec_run(model: GPT, batch: int, steps: int):
+    """A run of the model's matrix products alone for ``steps`` decoding steps of ``batch``
+    tokens: one F.linear per weight matrix (attention, feed-forward, LM head), nothing else.
+    As many steps as the decoding it bounds, so both are timed over the same length (one step
+    alone lasts about a millisecond, too short to time on a busy machine)."""
     weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
     x = {w.shape[1]: torch.randn(batch, w.shape[1], device=w.device, dtype=w.dtype) for w in weights}
 
     @torch.no_grad()
     def products() -> None:
-        for w in weights:
-            F.linear(x[w.shape[1]], w)
+        for _ in range(steps):
+            for w in weights:
+                F.linear(x[w.shape[1]], w)
 
     return products
 
@@ -144,12 +147,12 @@ def benchmark(name: str, args, device: torch.device) -> None:
         if not same:
             print(f"  note: {label} differs from eager in some token (fused float arithmetic)")
     probe, probe_bytes = read_probe(weight_bytes(model), device)
-    median = alternate({**runs, "read probe": probe, "matvec": matvec_run(model, 1)}, args.rounds)
+    median = alternate({**runs, "read probe": probe, "matvec": matvec_run(model, 1, new)}, args.rounds)
     bandwidth = probe_bytes / median.pop("read probe")
     print(f"  read bandwidth at this working set: {bandwidth / 1e9:.1f} GB/s")
     positions = args.prompt + new / 2  # cached positions, on average over the generation
     limit = bandwidth / (weight_bytes(model) + cache_bytes(model, positions))  # tokens/s
-    floor = 1 / median.pop("matvec")
+    floor = new / median.pop("matvec")
     print(f"  batch 1, a {args.prompt}-token prompt, {new} new tokens, median of {args.rounds} rounds")
     print(f"  {'':<36} {'tokens/s':>9} {'vs recompute':>13} {'of bandwidth limit':>19} {'of matvec floor':>16}")
     base = median["recompute (no cache)"]
@@ -170,7 +173,7 @@ def benchmark(name: str, args, device: torch.device) -> None:
         if label.endswith("compiled"):
             run()  # compiled for this batch shape before the timing
     for B in args.batches:
-        batched[f"matvec {B}"] = matvec_run(model, B)
+        batched[f"matvec {B}"] = matvec_run(model, B, new)
     median = alternate({**batched, "read probe": probe}, args.rounds)
     bandwidth = probe_bytes / median.pop("read probe")
     print(f"  batches of prompts of {args.prompt // 2}..{args.prompt} tokens, {new} new tokens each (generate_batch)")
@@ -186,7 +189,7 @@ def benchmark(name: str, args, device: torch.device) -> None:
             best = max(best, compiled)
             line += f" {compiled:18.1f} {compiled / (new / median[f'{args.batches[0]} compiled']):10.2f}x"
         limit_b = B * bandwidth / (weight_bytes(model) + B * cache_bytes(model, positions))
-        floor_b = B / median[f"matvec {B}"]
+        floor_b = B * new / median[f"matvec {B}"]
         print(f"{line} {best / limit_b:18.0%} {best / floor_b:15.0%}")
 
 
