@@ -148,6 +148,14 @@ def test_deck_in_a_real_browser(notebook, decks, browser):
     assert not found, "\n".join(found)
 
 
+def watch_requests(page, base: str) -> list[str]:
+    """The URLs of the page's requests that leave the machine (filled as they are made)."""
+    outside: list[str] = []
+    local = (base, "data:", "blob:", "about:")
+    page.on("request", lambda request: None if request.url.startswith(local) else outside.append(request.url))
+    return outside
+
+
 @contextlib.contextmanager
 def jupyterlab(root: Path):
     """A JupyterLab server (RISE included) serving ``root`` on a free localhost port, as
@@ -218,13 +226,7 @@ def test_rise_presents_a_notebook_live(lab_server, browser):
     base, token = lab_server
     notebook = NOTEBOOKS[0]
     page = browser.new_page(viewport={"width": 1280, "height": 800})
-    outside: list[str] = []
-    page.on(
-        "request",
-        lambda request: (
-            outside.append(request.url) if not request.url.startswith((base, "data:", "blob:", "about:")) else None
-        ),
-    )
+    outside = watch_requests(page, base)
     page.goto(f"{base}/rise/{notebook.name}?token={token}")
     page.wait_for_selector(".reveal .slides section", timeout=60_000)
     types = [c.metadata["slideshow"]["slide_type"] for c in nbformat.read(notebook, as_version=4).cells]
@@ -265,8 +267,8 @@ def write_chat_notebook(path: Path) -> str:
     """A one-slide notebook whose code cell builds a tiny random GPT (GPT-2's tokenizer, built
     offline) and shows its chat widget; the RISE settings of the course's notebooks."""
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    nb.metadata["rise"] = {"controls": True, "progress": True, "scroll": True, "theme": "white", "transition": "none"}
+    course = nbformat.read(NOTEBOOKS[0], as_version=4).metadata
+    nb.metadata["kernelspec"], nb.metadata["rise"] = course["kernelspec"], course["rise"]
     slide = {"slideshow": {"slide_type": "slide"}}
     nb.cells = [
         nbformat.v4.new_markdown_cell("## A chat with a tiny model", metadata=slide),
@@ -282,14 +284,6 @@ def chat_lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("chat")
     with jupyterlab(root) as (base, token):
         yield root, base, token
-
-
-def watch_requests(page, base: str) -> list[str]:
-    """The URLs of the page's requests that leave the machine (filled as they are made)."""
-    outside: list[str] = []
-    local = (base, "data:", "blob:", "about:")
-    page.on("request", lambda request: None if request.url.startswith(local) else outside.append(request.url))
-    return outside
 
 
 def chat_view(scope):
