@@ -3,12 +3,14 @@
     python3 course.py lab       # install into .venv (first time only), open JupyterLab
     python3 course.py test      # install, then run every unit test and every notebook
     python3 course.py slides    # build an offline reveal.js deck per notebook into slides/
-    python3 course.py grade PATH... [--out DIR] [--timeout SECONDS]   # grade students' notebooks
+    python3 course.py grade PATH... [--out DIR] [--cases FILE]   # grade students' notebooks
 
 ``test`` runs the notebooks with the short CI training budget; ``test --full`` uses the
 full one; ``test --gpu`` runs every notebook on your GPU (CUDA or MPS) with all its assertions.
 Extra arguments after ``--`` go to pytest (``python3 course.py test -- -k bpe``).
-``grade`` writes ``DIR/grades.csv`` and a feedback file per student (see course_lib/grading.py).
+``grade`` writes ``DIR/grades.csv`` and a feedback file per student as each is graded, and resumes
+where it stopped when run again (``--regrade`` starts over); ``grade --export-cases FILE`` writes
+hidden cases of your own to start from (see course_lib/grading.py and the README).
 """
 
 from __future__ import annotations

@@ -27,20 +27,20 @@ os.environ.update(COURSE_BUDGET="ci", COURSE_DEVICE="cpu", PYTHONHASHSEED="0")
 
 from test_exercises import SOLUTIONS  # noqa: E402
 
-from course_lib import grading  # noqa: E402
+from course_lib import grading, submissions  # noqa: E402
 
 
 def make_class(folder: Path, students: int) -> list[Path]:
-    course = [nb for nb in grading.course_notebooks() if nb.exercises]
+    course = [nb for nb in submissions.course_notebooks() if nb.exercises]
     paths = []
     for k in range(students):
         nb_info = course[k % len(course)]
-        nb = json.loads((grading.COURSE_NOTEBOOKS / f"{nb_info.name}.ipynb").read_text(encoding="utf-8"))
+        nb = json.loads((submissions.COURSE_NOTEBOOKS / f"{nb_info.name}.ipynb").read_text(encoding="utf-8"))
         solved = nb_info.exercises[0]
         for cell in nb["cells"]:
             source = "".join(cell["source"])
             if cell["cell_type"] == "code" and f'check("{solved}"' in source:
-                fn_name = grading.find_checks(source)[0][0][1]
+                fn_name = submissions.find_checks(source)[0][0][1]
                 solution = SOLUTIONS[solved]
                 code = "import math\nimport torch\nimport torch.nn.functional as F\n\n" + inspect.getsource(solution)
                 cell["source"] = f'{code}\n{fn_name} = {solution.__name__}\ncheck("{solved}", {fn_name})\n'

@@ -1,10 +1,15 @@
-"""The instructor's cases: for every exercise, a larger and nastier set than the one students see.
+"""Hidden cases: for every exercise, a larger and nastier set than the one students see.
 
 ``check()`` in a student's notebook tries the visible cases of ``exercises.py``; the grader
-(``grading.py``) tries those *and* these, so "all cases passed" in a notebook does not mean full
-marks. Students' notebooks never import this module. Each set is built here, once, in the order of
-the course; the expected answers still come from each exercise's reference in ``exercises.py``.
-``tests/test_grading.py`` checks every set against a correct solution and against the typical
+(``course.py grade``) tries those *and* the hidden ones, so "all cases passed" in a notebook does
+not mean full marks. The expected answers still come from each exercise's reference in
+``exercises.py``.
+
+This is the course's **demo set**. It ships inside course_lib, so students can read it: use it to try
+the grader. For real grades, ``python3 course.py grade --export-cases my_cases.py`` writes a copy of
+this file with a new random ``SEED``; change or add cases there (a ``@hidden(name)`` function per
+exercise, in this form), keep the file away from students, and grade with ``--cases my_cases.py``.
+``tests/test_grading.py`` checks the demo set against a correct solution and against the typical
 mistakes of ``tests/test_exercises.py``: a correct solution passes all of it, each mistake fails
 some of it.
 
@@ -19,9 +24,10 @@ from collections.abc import Callable
 
 import torch
 
-from .exercises import Case
+from course_lib.exercises import Case  # absolute, so that an exported copy runs anywhere
 
 HIDDEN: dict[str, Callable[[], list[Case]]] = {}  # exercise name -> its hidden cases, course order
+SEED = 1000  # every random case is drawn from a generator seeded from this
 
 
 def hidden(name: str) -> Callable[[Callable[[], list[Case]]], Callable[[], list[Case]]]:
@@ -37,7 +43,7 @@ def hidden(name: str) -> Callable[[Callable[[], list[Case]]], Callable[[], list[
 
 
 def _g(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(1000 + seed)
+    return torch.Generator().manual_seed(SEED + seed)
 
 
 # == 00 · Language models and PyTorch ======================================================

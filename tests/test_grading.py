@@ -1,22 +1,44 @@
 """Grading a class: hidden cases that tell right from wrong, and student notebooks, built from the
 course's own notebook 04 (trimmed to its set-up and exercise cells), that each get the right status
 however they are written: right, wrong, partly right, unattempted, tampering with the checker,
-looping for ever, crashing before the exercises, writing outside their folder, or not a notebook."""
+looping for ever, crashing before the exercises, writing outside their folder, or not a notebook;
+and hostile ones that kill their parent, their grandparent, their process group or every process
+they can signal, fork a process that outlives its cell, return a tensor subclass or patch torch.
+
+Every class is graded by ``python -m course_lib.grading`` in a process of its own and, where util-linux's
+``unshare`` can, inside user and PID namespaces made for the test: whatever a student does, and even
+if the grader's sandbox failed, nothing reaches this test runner."""
 
 import copy
 import csv
+import functools
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from test_exercises import MISTAKES, SOLUTIONS
 
-from course_lib import grading
 from course_lib.exercises import EXERCISES, _same
+from course_lib.gradebook import Gradebook, NotebookReport
 from course_lib.hidden_cases import HIDDEN
+from course_lib.sandbox import ProtocolError, Sandbox, isolation
+from course_lib.scoring import Answers, Grade, export_cases, load_cases
+from course_lib.submissions import find_checks, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "04_self_attention.ipynb"
+ENV = {**os.environ, "COURSE_BUDGET": "ci", "COURSE_DEVICE": "cpu", "PYTHONHASHSEED": "0"}  # as course.py grade
+UNSHARE = shutil.which("unshare")
+CONTAINER = ["--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount-proc"]
+NOT_INIT = '"$@"; exit $?'  # the grader runs as PID 2 of the container: PID 1 ignores signals sent from inside
+NO_NAMESPACES = "echo 0 > /proc/sys/user/max_user_namespaces && " + NOT_INIT  # for the container only
 
 # == the hidden cases =======================================================================
 
@@ -48,11 +70,42 @@ def test_each_typical_mistake_fails_a_hidden_case(name, k):
 
 
 def test_answers_are_built_from_the_references_before_any_student_code():
-    answers = grading.Answers.build(["attention"])
+    answers = Answers.build(["attention"], HIDDEN)
     cases = answers.cases["attention"]
     assert [c.hidden for c in cases] == [False] * 3 + [True] * len(HIDDEN["attention"]())
     assert len(answers.inputs["attention"]) == len(cases)
     assert answers.inputs["attention"][0][0] is not EXERCISES["attention"].cases()[0].args[0]
+
+
+def test_exported_cases_are_the_demo_set_with_a_new_seed(tmp_path):
+    path = export_cases(tmp_path / "my_cases.py")
+    text = path.read_text(encoding="utf-8")
+    assert "\nSEED = 1000\n" not in text and "--cases my_cases.py" in text
+    with pytest.raises(FileExistsError):
+        export_cases(path)  # an instructor's own cases are never overwritten
+    mine = load_cases(path)
+    assert list(mine.hidden) == list(HIDDEN) and mine.digest != load_cases().digest
+    name = "bigram-counts"  # its last hidden cases are random tokens: another seed, other inputs
+    shipped, exported = Answers.build([name], HIDDEN), Answers.build([name], mine.hidden)
+    assert [c.note for c in shipped.cases[name]] == [c.note for c in exported.cases[name]]
+    assert [c.args_text for c in shipped.cases[name]] != [c.args_text for c in exported.cases[name]]
+
+
+def test_a_cases_file_may_cover_some_exercises_and_must_name_real_ones(tmp_path):
+    mine = tmp_path / "cases.py"
+    mine.write_text(
+        "import torch\nfrom course_lib.exercises import Case\n\n"
+        "HIDDEN = {'attention': lambda: [Case((torch.eye(2), torch.eye(2), torch.ones(2, 1)), 'mine')]}\n"
+    )
+    answers = Answers.build(["attention", "merge"], load_cases(mine).hidden)
+    assert [c.note for c in answers.cases["attention"] if c.hidden] == ["mine"]
+    assert not any(c.hidden for c in answers.cases["merge"])
+    mine.write_text("HIDDEN = {'atention': lambda: []}\n")
+    with pytest.raises(ValueError, match="'atention'"):
+        load_cases(mine)
+
+
+# == reading a notebook =====================================================================
 
 
 def test_only_the_cells_the_exercises_depend_on_run():
@@ -65,16 +118,83 @@ def test_only_the_cells_the_exercises_depend_on_run():
     ]
     cells = [new_cell(source) for source in sources]
     cells.insert(1, {"cell_type": "markdown", "metadata": {}, "source": "# text"})
-    steps = grading.plan(cells, ["merge"])
+    steps = plan(cells, ["merge"])
     assert [number for number, _ in steps.cells] == [1, 4, 6] and steps.points == {2: [("merge", "f")]}
-    assert len(grading.plan(cells, ["merge"], every_cell=True).cells) == 5
+    assert len(plan(cells, ["merge"], every_cell=True).cells) == 5
 
 
 def test_check_calls_are_found_and_left_out():
-    found, code = grading.find_checks('def f(x):\n    return x\n\nprint(check("attention", f))\nx = 1\n')
+    found, code = find_checks('def f(x):\n    return x\n\nprint(check("attention", f))\nx = 1\n')
     assert found == [("attention", "f")] and "check" not in code and "x = 1" in code
-    found, code = grading.find_checks('%time y = 2\ncheck("merge", lambda a, b, c: a)\n')
+    found, code = find_checks('%time y = 2\ncheck("merge", lambda a, b, c: a)\n')
     assert found == [("merge", "lambda a, b, c: a")] and "run_line_magic" in code
+
+
+# == the sandbox: its channel, and how a run ended ==========================================
+
+
+def sandboxed(tmp_path, code):
+    """A sandbox running the Python ``code`` (with ``send`` and ``CHANNEL_FD`` imported)."""
+    prelude = "import os, signal, time\nfrom course_lib.sandbox import send, CHANNEL_FD\n"
+    return Sandbox([sys.executable, "-c", prelude + code], cwd=tmp_path, env=ENV)
+
+
+def test_a_sandboxed_process_sends_frames_and_its_end_is_told_with_its_signal(tmp_path):
+    box = sandboxed(tmp_path, "send(CHANNEL_FD, {'event': 'hi'}, b'xyz')\nos.kill(os.getpid(), signal.SIGTERM)")
+    try:
+        assert box.receive(60) == {"event": "hi", "payload": b"xyz"}
+        assert box.receive(60) is None
+        ending = box.ending()
+    finally:
+        box.stop()
+    assert (ending.signal, ending.stopped, ending.isolation) == (signal.SIGTERM, False, isolation()[0])
+    assert "SIGTERM" in ending.describe() and "the grader did not send" in ending.describe()
+
+
+def test_a_process_the_grader_stops_is_told_so(tmp_path):
+    box = sandboxed(tmp_path, "send(CHANNEL_FD, {'event': 'up'})\ntime.sleep(600)")
+    assert box.receive(60)["event"] == "up"
+    box.stop()
+    ending = box.ending()
+    assert ending.stopped and ending.describe() == "the grader stopped it"
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"\xff" * 16, b"\0\0\0\2\0\0\0\0{]", b"\0\0\0\2\x7f\0\0\0[]"],
+    ids=["too large a header", "not JSON", "too large a value"],
+)
+def test_a_frame_the_protocol_does_not_allow_is_refused(tmp_path, garbage):
+    box = sandboxed(tmp_path, f"os.write(CHANNEL_FD, bytes.fromhex('{garbage.hex()}'))\ntime.sleep(600)")
+    try:
+        with pytest.raises(ProtocolError):
+            box.receive(60)
+    finally:
+        box.stop()
+
+
+# == the gradebook: every result written when known, a stopped run resumed ==================
+
+
+def test_the_gradebook_keeps_what_was_graded_from_the_same_file_with_the_same_settings(tmp_path):
+    a, b, out = tmp_path / "a.ipynb", tmp_path / "b.ipynb", tmp_path / "out"
+    a.write_text("A")
+    b.write_text("B")
+    settings = {"timeout": 60.0, "memory_gb": 6.0, "every_cell": False, "cases": "digest"}
+    book = Gradebook(out, [a, b], settings)
+    assert book.todo() == [a, b]
+    grade = Grade(str(a), "attention", "passed", 9, 9, "all right")
+    book.add(a, NotebookReport(str(a), "04_self_attention", [grade], ["a note"], 1.0))
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        assert list(csv.DictReader(f)) == [{k: str(v) for k, v in grade.row().items()}]
+    assert (out / "feedback" / "a.md").exists()
+    again = Gradebook(out, [a, b], settings)
+    assert again.todo() == [b] and again.all_reports()[0].grades[0].row() == grade.row()
+    assert again.all_reports()[0].notes == ["a note"]
+    assert Gradebook(out, [a, b], settings, regrade=True).todo() == [a, b]
+    assert Gradebook(out, [a, b], {**settings, "timeout": 5.0}).todo() == [a, b]
+    a.write_text("A, handed in again")
+    assert Gradebook(out, [a, b], settings).todo() == [a, b]
 
 
 # == student notebooks ======================================================================
@@ -135,6 +255,64 @@ def my_attention(q, k, v):
 """
 
 
+KILLS_PARENT = """
+import os, signal
+os.kill(os.getppid(), signal.SIGKILL)
+"""
+KILLS_GRANDPARENT = """
+import os, signal
+with open(f"/proc/{os.getppid()}/stat") as stat:
+    grandparent = int(stat.read().rsplit(")", 1)[1].split()[1])
+os.kill(grandparent, signal.SIGKILL)
+"""
+KILLS_GROUP = """
+import os, signal
+os.killpg(0, signal.SIGKILL)
+"""
+KILLS_EVERYONE = """
+import os, signal
+os.kill(-1, signal.SIGKILL)
+"""
+FORKS = """
+import ctypes, time
+libc = ctypes.CDLL(None)
+if libc.fork() == 0:  # not os.fork, which the audit hook refuses
+    libc.prctl(15, b"hostile-fork", 0, 0, 0)  # PR_SET_NAME: how the test finds it
+    while True:
+        time.sleep(1)
+"""
+SUBCLASS = """
+class Sneaky(torch.Tensor):
+    pass
+
+def my_attention(q, k, v):
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    return (torch.softmax(scores, dim=-1) @ v).as_subclass(Sneaky)
+"""
+PATCHES_TORCH = """
+import pickle
+
+class Payload:  # creates the file MARKER in whoever unpickles it
+    def __reduce__(self):
+        return (exec, (f"open({MARKER!r}, 'w').close()",))
+
+def save(obj, f, *args, **kwargs):
+    f.write(pickle.dumps(Payload()))
+
+torch.save = save
+"""
+HOGS_MEMORY = """
+def my_attention(q, k, v):
+    return torch.empty(2**32)  # 16 GiB
+"""
+WAITS = """
+import ctypes, os, time
+ctypes.CDLL(None).prctl(15, b"waiting-student", 0, 0, 0)
+while not os.path.exists(GO):
+    time.sleep(0.05)
+"""
+
+
 def trimmed():
     """Notebook 04 with only its title, its set-up cell and its exercise cells (seconds to run)."""
     nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
@@ -170,9 +348,64 @@ def new_cell(source):
     return {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": source}
 
 
+@functools.cache
+def containable():
+    """Whether util-linux's ``unshare`` can put a command in user and PID namespaces of its own here."""
+    return UNSHARE is not None and subprocess.run([UNSHARE, *CONTAINER, "true"], capture_output=True).returncode == 0
+
+
+def grade(*args, sessions=False):
+    """``course.py grade ARGS`` as a module, contained where possible (then even ``kill(-1)`` from a student
+    reaches no further than the grader under test). ``sessions``: new user namespaces refused to the
+    grader, so that its sandbox falls back to sessions."""
+    command = [sys.executable, "-m", "course_lib.grading", *map(str, args)]
+    command = ["sh", "-c", NO_NAMESPACES if sessions else NOT_INIT, "sh", *command]
+    if containable():
+        command = [UNSHARE, *CONTAINER, *command]
+    result = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def processes_named(name):
+    """Process ids whose name is ``name`` (Linux's /proc), left over from a grading run."""
+    found = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == name:
+                found.append(int(comm.parent.name))
+        except OSError:  # ended meanwhile
+            pass
+    return found
+
+
+def rows_of(out):
+    """grades.csv as {file name: {exercise: row}}."""
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    table = {}
+    for row in rows:
+        table.setdefault(Path(row["notebook"]).name, {})[row["exercise"]] = row
+    return table
+
+
+@dataclass
+class Class:
+    rows: dict  # file name -> exercise -> row of grades.csv
+    records: dict  # file name -> its record (notes, course notebook)
+    out: Path
+    stdout: str
+    tmp: Path
+
+
+NAMESPACES = sys.platform.startswith("linux") and isolation()[0] == "namespaces"
+ONLY_IN_NAMESPACES = "the sandbox has no namespaces here: a student who signals the grader by its pid can stop it"
+ONLY_CONTAINED = "no util-linux unshare to contain the grader: kill(-1) could reach this test runner"
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """One class, graded once: {file name: {exercise: row}}, the reports and the output folder."""
+    """One class, graded once with instructor's cases exported from the demo set."""
     tmp = tmp_path_factory.mktemp("class")
     outside = tmp / "outside.txt"
     outside.write_text("the instructor's file")
@@ -197,45 +430,55 @@ def graded(tmp_path_factory):
     student(work, "05_named_like_another_notebook.ipynb", ATTENTION, CAUSAL, before=crashes)
     (work / "essay.ipynb").write_text("Dear instructor, here is my essay.")
     (work / "unrelated.ipynb").write_text(json.dumps({"cells": [new_cell("print(1)")], "nbformat": 4}))
+    student(work, "kills_parent.ipynb", ATTENTION + KILLS_PARENT, CAUSAL)
+    student(work, "kills_group.ipynb", ATTENTION + KILLS_GROUP, CAUSAL)
+    student(work, "forks.ipynb", FORKS + ATTENTION, CAUSAL)
+    student(work, "returns_a_subclass.ipynb", SUBCLASS, CAUSAL)
+    marker = tmp / "unpickled"
+    student(work, "patches_torch.ipynb", f"MARKER = {str(marker)!r}\n" + PATCHES_TORCH + ATTENTION, CAUSAL)
+    student(work, "hogs_memory.ipynb", HOGS_MEMORY, CAUSAL)
+    if NAMESPACES:  # elsewhere the grandparent is the grader: ONLY_IN_NAMESPACES
+        student(work, "kills_grandparent.ipynb", ATTENTION + KILLS_GRANDPARENT, CAUSAL)
+    if NAMESPACES and containable():
+        student(work, "kills_everyone.ipynb", ATTENTION + KILLS_EVERYONE, CAUSAL)
+    cases = export_cases(tmp / "instructor_cases.py")
     out = tmp / "grades"
-    grading.GRACE_S = 2.0
-    reports = grading.grade_class([work], out, timeout=4, jobs=2, log=lambda line: None)
-    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    table = {}
-    for row in rows:
-        table.setdefault(Path(row["notebook"]).name, {})[row["exercise"]] = row
-    return table, reports, out, outside
+    result = grade(work, "--out", out, "--timeout", 4, "--jobs", 2, "--cases", cases)
+    records = {Path(r["path"]).name: r for r in map(json.loads, map(Path.read_text, (out / "records").glob("*.json")))}
+    assert not marker.exists(), "the grader unpickled what a student's patched torch.save wrote"
+    return Class(rows_of(out), records, out, result.stdout, tmp)
 
 
 def status(graded, filename):
-    return {name: row["status"] for name, row in graded[0][filename].items()}
+    return {name: row["status"] for name, row in graded.rows[filename].items()}
 
 
 def test_grades_csv_has_exactly_the_promised_columns(graded):
-    _, _, out, _ = graded
-    header = (out / "grades.csv").read_text(encoding="utf-8").splitlines()[0]
+    header = (graded.out / "grades.csv").read_text(encoding="utf-8").splitlines()[0]
     assert header == "notebook,exercise,status,cases_passed,cases_total,feedback"
 
 
+def test_the_instructors_cases_file_is_used(graded):
+    assert f"hidden cases: {graded.tmp / 'instructor_cases.py'}" in graded.stdout
+
+
 def test_a_right_answer_passes_every_visible_and_hidden_case(graded):
-    rows = graded[0]["right.ipynb"]
     assert status(graded, "right.ipynb") == {"attention": "passed", "causal-softmax": "passed"}
-    row = rows["attention"]
+    row = graded.rows["right.ipynb"]["attention"]
     assert row["cases_passed"] == row["cases_total"] == str(3 + len(HIDDEN["attention"]()))
     assert "visible cases 3/3, hidden cases" in row["feedback"]
 
 
 def test_a_wrong_answer_fails_with_the_case_the_expected_value_and_the_hint(graded):
     assert status(graded, "wrong.ipynb") == {"attention": "failed", "causal-softmax": "not attempted"}
-    feedback = graded[0]["wrong.ipynb"]["attention"]["feedback"]
+    feedback = graded.rows["wrong.ipynb"]["attention"]["feedback"]
     for part in ("first failure: visible case 1 of 3", "input:", "expected:", "got:", "hint: scores = q @ k"):
         assert part in feedback
 
 
 def test_a_partly_right_answer_gets_partial_credit(graded):
     assert status(graded, "partly.ipynb") == {"attention": "failed", "causal-softmax": "passed"}
-    row = graded[0]["partly.ipynb"]["attention"]
+    row = graded.rows["partly.ipynb"]["attention"]
     assert 0 < int(row["cases_passed"]) < int(row["cases_total"])
     assert "visible case 3 of 3" in row["feedback"] and "raised" in row["feedback"]
 
@@ -246,7 +489,7 @@ def test_an_unattempted_or_missing_exercise_is_not_attempted(graded):
 
 def test_tampering_with_check_the_reference_or_torch_changes_nothing(graded):
     assert status(graded, "tampering.ipynb") == {"attention": "failed", "causal-softmax": "failed"}
-    assert graded[0]["tampering.ipynb"]["attention"]["cases_passed"] == "0"
+    assert graded.rows["tampering.ipynb"]["attention"]["cases_passed"] == "0"
 
 
 def test_an_endless_loop_times_out_and_the_next_exercise_is_still_graded(graded):
@@ -255,29 +498,144 @@ def test_an_endless_loop_times_out_and_the_next_exercise_is_still_graded(graded)
 
 
 def test_crashes_before_the_exercises_cost_nothing_and_files_outside_are_safe(graded):
-    table, reports, out, outside = graded
     name = "05_named_like_another_notebook.ipynb"
     assert status(graded, name) == {"attention": "passed", "causal-softmax": "passed"}  # found by its cells
-    assert outside.read_text() == "the instructor's file"
-    report = next(r for r in reports if r.path.endswith(name))
-    assert report.course_notebook == "04_self_attention"
-    notes = "\n".join(report.notes)
-    assert "RuntimeError: the kernel crashed here" in notes and "exit code 3" in notes
+    assert (graded.tmp / "outside.txt").read_text() == "the instructor's file"
+    record = graded.records[name]
+    assert record["course_notebook"] == "04_self_attention"
+    notes = "\n".join(record["notes"])
+    assert "RuntimeError: the kernel crashed here" in notes and "exited with code 3" in notes
     assert notes.count("PermissionError") == 2
 
 
 def test_what_is_not_a_course_notebook_gets_one_clear_line(graded):
-    assert graded[0]["essay.ipynb"][""]["status"] == "error"
-    assert graded[0]["essay.ipynb"][""]["feedback"].startswith("not a notebook")
-    assert "not a copy of a course notebook" in graded[0]["unrelated.ipynb"][""]["feedback"]
+    assert graded.rows["essay.ipynb"][""]["status"] == "error"
+    assert graded.rows["essay.ipynb"][""]["feedback"].startswith("not a notebook")
+    assert "not a copy of a course notebook" in graded.rows["unrelated.ipynb"][""]["feedback"]
 
 
 def test_each_student_gets_a_feedback_file_and_the_class_a_summary(graded):
-    _, reports, out, _ = graded
-    files = sorted(p.name for p in (out / "feedback").glob("*.md"))
-    assert len(files) == len(reports) == 10
-    text = (out / "feedback" / "wrong.md").read_text(encoding="utf-8")
+    files = sorted(p.stem for p in (graded.out / "feedback").glob("*.md"))
+    assert files == sorted(Path(name).stem for name in graded.rows) == sorted(Path(n).stem for n in graded.records)
+    text = (graded.out / "feedback" / "wrong.md").read_text(encoding="utf-8")
     assert "| attention | failed |" in text and "First failing case" in text and "Hint:" in text
-    summary = grading.summary_table(reports)
-    assert summary.splitlines()[0].split()[:3] == ["exercise", "passed", "failed"]
-    assert any(line.startswith("attention") for line in summary.splitlines())
+    summary = graded.stdout[graded.stdout.index("exercise ") :].splitlines()
+    assert summary[0].split()[:3] == ["exercise", "passed", "failed"]
+    assert any(line.startswith("attention") for line in summary)
+
+
+# == hostile students: each costs itself only ===============================================
+
+
+def killed_by_itself(row):
+    """A grade charged to a SIGKILL that the student's own code sent (never called a memory limit)."""
+    feedback = row["feedback"]
+    return row["status"] == "error" and "SIGKILL" in feedback and "did not send" in feedback and "limit" not in feedback
+
+
+def test_a_student_who_kills_its_parent_is_graded_as_if_it_had_not(graded):
+    assert status(graded, "kills_parent.ipynb") == {"attention": "passed", "causal-softmax": "passed"}
+
+
+def test_a_student_who_kills_its_process_group_loses_that_cell_only(graded):
+    rows = graded.rows["kills_group.ipynb"]
+    assert killed_by_itself(rows["attention"]) and rows["causal-softmax"]["status"] == "passed"
+    text = (graded.out / "feedback" / "kills_group.md").read_text(encoding="utf-8")
+    assert "## attention: error\n\nIts cell (cell " in text and "killed by SIGKILL" in text
+
+
+@pytest.mark.skipif(not NAMESPACES, reason=ONLY_IN_NAMESPACES)
+def test_a_student_who_kills_its_grandparent_loses_that_cell_only(graded):
+    rows = graded.rows["kills_grandparent.ipynb"]
+    assert killed_by_itself(rows["attention"]) and rows["causal-softmax"]["status"] == "passed"
+    assert "the notebook's own code, inside its sandbox" in rows["attention"]["feedback"]
+
+
+@pytest.mark.skipif(not (NAMESPACES and containable()), reason=ONLY_IN_NAMESPACES + "; or " + ONLY_CONTAINED)
+def test_a_student_who_kills_every_process_it_can_reaches_none_but_its_own(graded):
+    assert status(graded, "kills_everyone.ipynb") == {"attention": "passed", "causal-softmax": "passed"}
+    assert "ProcessLookupError" in "\n".join(graded.records["kills_everyone.ipynb"]["notes"])  # none to signal
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the fork by its name in Linux's /proc")
+def test_a_fork_that_outlives_its_cell_is_gone_with_its_notebook(graded):
+    assert status(graded, "forks.ipynb") == {"attention": "passed", "causal-softmax": "passed"}
+    assert processes_named("hostile-fork") == []
+
+
+def test_a_returned_tensor_subclass_is_named_by_its_type(graded):
+    row = graded.rows["returns_a_subclass.ipynb"]["attention"]
+    assert row["status"] == "failed" and row["cases_passed"] == "0"
+    assert "got: returned an object of type Sneaky, a subclass of torch.Tensor, not a plain tensor" in row["feedback"]
+    assert graded.rows["returns_a_subclass.ipynb"]["causal-softmax"]["status"] == "passed"
+
+
+def test_a_patched_torch_sends_nothing_the_grader_runs(graded):
+    rows = graded.rows["patches_torch.ipynb"]  # the file the payload would open is checked by the fixture
+    assert [rows[n]["status"] for n in rows] == ["failed", "failed"]  # the patch lives on in its process
+    assert "the grader could not read back" in rows["attention"]["feedback"]
+
+
+def test_the_memory_limit_is_named_when_it_is_reached(graded):
+    row = graded.rows["hogs_memory.ipynb"]["attention"]
+    assert row["status"] == "failed" and "got: reached the memory limit (6 GiB)" in row["feedback"]
+    assert graded.rows["hogs_memory.ipynb"]["causal-softmax"]["status"] == "passed"
+
+
+@pytest.mark.skipif(not containable(), reason="needs util-linux unshare to refuse namespaces to the grader under test")
+def test_without_namespaces_a_student_still_costs_only_itself(tmp_path):
+    work = tmp_path / "submitted"
+    work.mkdir()
+    student(work, "right.ipynb", ATTENTION, CAUSAL)
+    student(work, "kills_parent.ipynb", ATTENTION + KILLS_PARENT, CAUSAL)
+    student(work, "kills_group.ipynb", ATTENTION + KILLS_GROUP, CAUSAL)
+    student(work, "forks.ipynb", FORKS + ATTENTION, CAUSAL)
+    result = grade(work, "--out", tmp_path / "grades", "--jobs", 2, sessions=True)
+    assert "runs in its own session under a supervisor" in result.stdout
+    rows = rows_of(tmp_path / "grades")
+    for name in ("right.ipynb", "kills_parent.ipynb", "forks.ipynb"):  # the parent is a supervisor: it dies alone
+        assert [r["status"] for r in rows[name].values()] == ["passed", "passed"], name
+    assert killed_by_itself(rows["kills_group.ipynb"]["attention"])
+    assert "from a process of yours" in rows["kills_group.ipynb"]["attention"]["feedback"]
+    assert processes_named("hostile-fork") == []
+
+
+# == a grader that dies =====================================================================
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the students' processes in Linux's /proc")
+def test_a_killed_grader_leaves_every_finished_grade_and_the_same_command_resumes(tmp_path):
+    work, out, go = tmp_path / "submitted", tmp_path / "grades", tmp_path / "go"
+    work.mkdir()
+    student(work, "quick.ipynb", ATTENTION, CAUSAL)
+    student(work, "waits.ipynb", f"GO = {str(go)!r}\n" + WAITS + ATTENTION, CAUSAL)  # until the file go exists
+    args = [work, "--out", out, "--jobs", 2]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "course_lib.grading", *map(str, args)],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    record = out / "records" / "quick.json"
+    try:
+        for _ in range(3000):  # until quick.ipynb is graded while waits.ipynb waits
+            if record.exists() and processes_named("waiting-student"):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail("quick.ipynb was never graded while waits.ipynb ran")
+    finally:
+        first.send_signal(signal.SIGKILL)  # as a power cut would: no clean-up runs in the grader
+        first.wait()
+    assert list(rows_of(out)) == ["quick.ipynb"] and len(rows_of(out)["quick.ipynb"]) == 2  # complete
+    for _ in range(300):  # the supervisors see the grader gone and end what they started
+        if not processes_named("waiting-student"):
+            break
+        time.sleep(0.1)
+    assert processes_named("waiting-student") == []
+    kept = record.read_bytes()
+    go.touch()
+    second = grade(*args)
+    assert "1 of 2 notebooks already graded" in second.stdout and record.read_bytes() == kept
+    rows = rows_of(out)
+    assert [[r["status"] for r in rows[name].values()] for name in rows] == [["passed", "passed"]] * 2

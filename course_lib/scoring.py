@@ -1,0 +1,229 @@
+"""The comparison: every case and its expected answer, made before any student code runs, and what a
+student's function sent back, read safely and checked against them.
+
+The cases of an exercise are its visible ones (``exercises.py``, those ``check()`` shows in the
+notebook) and its hidden ones. The hidden ones come from a Python file that defines ``HIDDEN`` (exercise
+name -> a function building its cases). By default that is the course's demo set,
+``course_lib/hidden_cases.py``: it ships inside course_lib, so **students can read it**. For real
+grades an instructor starts their own file with :func:`export_cases` (``course.py grade
+--export-cases FILE``: the demo set with a new random seed), changes or adds cases, keeps it from
+students, and grades with :func:`load_cases` (``--cases FILE``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import re
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .exercises import EXERCISES, Case, _same, _show
+from .files import write_atomically
+
+STATUSES = ("passed", "failed", "error", "timeout", "not attempted")
+DEMO_CASES = Path(__file__).with_name("hidden_cases.py")  # a course handed to students may leave it out
+
+
+# == the hidden cases: the shipped demo set, or the instructor's own file ====================
+
+
+@dataclass
+class CaseSet:
+    """Hidden cases per exercise, where they come from (in words) and a digest of their file."""
+
+    hidden: dict[str, Callable[[], list[Case]]]
+    origin: str
+    digest: str
+
+
+def load_cases(path: str | Path | None = None) -> CaseSet:
+    """The hidden cases of the file at ``path`` (run as Python: it is the instructor's own), or the
+    shipped demo set when ``path`` is None. ValueError if the file names an exercise the course lacks."""
+    if path is None:
+        if not DEMO_CASES.exists():
+            raise FileNotFoundError("course_lib/hidden_cases.py is not here: grade with --cases FILE")
+        from .hidden_cases import HIDDEN
+
+        digest = hashlib.sha256(DEMO_CASES.read_bytes()).hexdigest()
+        return CaseSet(HIDDEN, "the shipped demo set, course_lib/hidden_cases.py, which students can read", digest)
+    path = Path(path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    spec = importlib.util.spec_from_file_location(f"instructor_cases_{digest[:12]}", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"{path}: not a Python file of hidden cases")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    hidden = getattr(module, "HIDDEN", None)
+    if not isinstance(hidden, dict) or not all(callable(v) for v in hidden.values()):
+        raise ValueError(f"{path}: defines no HIDDEN dict of exercise name -> function building its cases")
+    unknown = sorted(set(hidden) - set(EXERCISES))
+    if unknown:
+        raise ValueError(f"{path}: no exercise of the course is called {', '.join(map(repr, unknown))}")
+    return CaseSet(hidden, str(path), digest)
+
+
+def export_cases(path: str | Path) -> Path:
+    """Write the demo set to ``path`` (a new file) with a new random ``SEED``: the start of your own cases."""
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f"{path} exists; export to a new file (your own cases are never overwritten)")
+    seed = secrets.randbelow(10**9)
+    source, changed = re.subn(r"^SEED = \d+", f"SEED = {seed}", DEMO_CASES.read_text(encoding="utf-8"), 1, re.M)
+    if not changed:
+        raise RuntimeError("course_lib/hidden_cases.py has no 'SEED = ...' line to change")
+    head = (
+        f"# Exported by `course.py grade --export-cases` from the course's demo set, with a new SEED ({seed}).\n"
+        f"# Keep this file away from students, change or add cases, and grade with --cases {path.name}.\n"
+    )
+    return write_atomically(path, head + source)
+
+
+# == the cases and their answers (computed here, before any student code runs) ==============
+
+
+@dataclass
+class GradedCase:
+    """One case of one exercise: its inputs as shown, its expected answer, visible or hidden."""
+
+    note: str
+    hidden: bool
+    args_text: str
+    expected: Any
+
+
+@dataclass
+class Answers:
+    """Every exercise's cases: inputs to send to the student's process, answers to keep here."""
+
+    cases: dict[str, list[GradedCase]]
+    inputs: dict[str, list[tuple]]
+
+    @classmethod
+    def build(cls, names: Iterable[str], hidden: dict[str, Callable[[], list[Case]]]) -> Answers:
+        cases, inputs = {}, {}
+        for name in names:
+            ex = EXERCISES[name]
+            more = hidden.get(name, lambda: [])
+            made = [(c, False) for c in ex.cases()] + [(c, True) for c in more()]
+            fresh = ex.cases() + more()  # a second copy: the one sent cannot be the one answered from
+            cases[name] = [
+                GradedCase(c.note, h, ", ".join(_show(a, 120) for a in c.args), ex.reference(*c.args)) for c, h in made
+            ]
+            inputs[name] = [c.args for c in fresh]
+        return cls(cases, inputs)
+
+
+# == what came back, and the verdict ========================================================
+
+
+def read_result(header: dict, memory_gb: float) -> dict:
+    """One case's result as the student's process reported it: ``{"value": ...}``, read with
+    ``torch.load(weights_only=True)`` (tensors and plain values only: reading it runs no code), or
+    ``{"error": what went wrong, in words}``."""
+    if header.get("error") is not None:
+        text = str(header["error"])
+        if header.get("memory") is True:
+            return {"error": f"reached the memory limit ({memory_gb:g} GiB): {text}"[:300]}
+        return {"error": f"raised {text}"[:300], "exception": str(header.get("exception"))}
+    if header.get("unsent") is not None:
+        return {"error": f"returned {header['unsent']}"[:300]}
+    try:
+        return {"value": torch.load(io.BytesIO(header["payload"]), weights_only=True)}
+    except Exception as err:
+        why = f"{type(err).__name__}: {err}".splitlines()[0]
+        return {"error": f"returned something the grader could not read back as tensors and values ({why})"[:300]}
+
+
+@dataclass
+class Interruption:
+    """Why an exercise or a cell did not finish: its status (``timeout`` or ``error``) and what happened."""
+
+    status: str
+    what: str
+
+
+@dataclass
+class Grade:
+    """One row of grades.csv, with the per-case detail behind it for the feedback file."""
+
+    notebook: str
+    exercise: str
+    status: str
+    cases_passed: int = 0
+    cases_total: int = 0
+    feedback: str = ""
+    cases: list[tuple[GradedCase, bool, str]] = field(default_factory=list)  # (case, passed, what came back)
+    what_happened: str = ""  # for error, timeout and not attempted: one sentence for the student
+
+    def row(self) -> dict:
+        return {
+            "notebook": self.notebook,
+            "exercise": self.exercise,
+            "status": self.status,
+            "cases_passed": self.cases_passed,
+            "cases_total": self.cases_total,
+            "feedback": " ".join(self.feedback.split()),
+        }
+
+
+def unfinished(notebook: str, name: str, answers: Answers, status: str, what: str) -> Grade:
+    """The grade of an exercise none of whose cases ran: ``what`` says why."""
+    return Grade(notebook, name, status, 0, len(answers.cases[name]), what, what_happened=what)
+
+
+def _got_text(result: dict) -> str:
+    if "error" in result:
+        return str(result["error"])[:300]
+    try:
+        return _show(result.get("value"))
+    except Exception:
+        return "a value that cannot be shown"
+
+
+def score(notebook: str, name: str, answers: Answers, results: dict[int, dict], stop: Interruption | None) -> Grade:
+    """Compare what the function returned (``results``: case number -> :func:`read_result`) with the
+    answers; ``stop`` says why grading stopped before every case ran (None when it did not)."""
+    cases, ex = answers.cases[name], EXERCISES[name]
+    checked = []
+    for k, case in enumerate(cases):
+        if k not in results:
+            break
+        result = results[k]
+        try:
+            ok = "error" not in result and bool(_same(result.get("value"), case.expected))
+        except Exception:  # whatever came back, it is not the answer
+            ok = False
+        checked.append((case, ok, _got_text(result)))
+    passed = sum(ok for _, ok, _ in checked)
+    total = len(cases)
+    visible = sum(not c.hidden for c in cases)
+    vis_ok = sum(ok for c, ok, _ in checked if not c.hidden)
+    counts = f"visible cases {vis_ok}/{visible}, hidden cases {passed - vis_ok}/{total - visible}"
+    if stop is None and results and all(r.get("exception") == "NotImplementedError" for r in results.values()):
+        what = "the function still raises NotImplementedError"
+        return Grade(notebook, name, "not attempted", 0, total, what, checked, what)
+    parts, what = [counts], ""
+    if stop is None:
+        status = "passed" if passed == total else "failed"
+    else:
+        status, what = stop.status, f"it stopped after {len(checked)} of {total} cases: {stop.what}"
+        parts.append(what)
+    failing = next(((k, c, got) for k, (c, ok, got) in enumerate(checked) if not ok), None)
+    if failing is not None:
+        k, case, got = failing
+        kind = "hidden" if case.hidden else "visible"
+        number = k + 1 - (visible if case.hidden else 0)
+        of = total - visible if case.hidden else visible
+        parts.append(
+            f"first failure: {kind} case {number} of {of}"
+            + (f" ({case.note})" if case.note else "")
+            + f"; input: {case.args_text}; expected: {_show(case.expected)}; got: {got}; hint: {ex.hint}"
+        )
+    return Grade(notebook, name, status, passed, total, "; ".join(parts), checked, what)
