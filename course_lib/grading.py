@@ -56,9 +56,9 @@ MAX_RESTARTS = 4  # processes killed per notebook before the rest of it is given
 STARTUP_S = 120.0  # starting Python, torch and IPython in the student's process
 FILE_LIMIT = 64 << 20  # bytes of any file the student's process writes
 MAX_PAYLOAD = 1 << 28  # bytes of one returned value (student_process.MAX_RETURNED elements, with room)
-ISOLATION = {
-    "namespaces": "in its own user, PID and mount namespaces: nothing it does to processes reaches the grader",
-    "sessions": "in its own session under a supervisor: code that signals the grader by its process id can stop it",
+ISOLATION = {  # what the sandbox's isolation means for a class (the README says more)
+    "namespaces": "nothing a student's code does to processes reaches the grader or another student",
+    "sessions": "a student's code that signals the grader by its process id, or every process, can stop it",
 }
 
 
@@ -110,6 +110,7 @@ class _Notebook:
         # what the process is running: ("cell", position) or ("exercise", name); None between steps
         self.step: tuple[str, Any] | None = None
         self.results: dict[int, dict] = {}
+        self.reports_left = 0
 
     def attempt(self, cancel: threading.Event | None) -> bool:
         """One student's process over the notebook; True when it reached the end. Otherwise the cell or
@@ -135,6 +136,8 @@ class _Notebook:
             max_payload=MAX_PAYLOAD,
         )
         self.step, self.results = None, {}
+        # more reports than cells, exercises and cases would keep resetting the time limit: refused
+        self.reports_left = 2 * len(self.steps.cells) + sum(3 + len(v) for v in job["inputs"].values()) + 1
         deadline = time.monotonic() + STARTUP_S + self.timeout
         grace = min(GRACE_S, self.timeout / 2)
         try:
@@ -171,6 +174,9 @@ class _Notebook:
 
     def _take(self, frame: dict) -> str:
         """Use one report; "end" at the end, "step" when a new time limit starts, else ""."""
+        self.reports_left -= 1
+        if self.reports_left < 0:
+            raise ValueError("more reports than the notebook has cells and cases")
         kind, cells = frame["event"], self.steps.cells
         if kind == "step":
             what = frame["what"]
@@ -328,7 +334,7 @@ def grade_class(
     todo = book.todo()
     kind, detail = isolation()
     log(f"hidden cases: {cases.origin}")
-    log(f"each notebook runs {ISOLATION[kind]} ({detail})")
+    log(f"each notebook's processes: {detail}; {ISOLATION[kind]}")
     if len(todo) < len(notebooks):
         done = len(notebooks) - len(todo)
         log(f"{done} of {len(notebooks)} notebooks already graded in {out} with these settings (--regrade: all again)")

@@ -302,10 +302,13 @@ def _start(config: dict, command: list[str]) -> int:
         os.setsid()
         import resource
 
-        for limit, value in ((resource.RLIMIT_AS, config["memory"]), (resource.RLIMIT_FSIZE, config["file"])):
-            if value:
-                resource.setrlimit(limit, (value, value))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        limits = ((resource.RLIMIT_AS, config["memory"]), (resource.RLIMIT_FSIZE, config["file"]))
+        for limit, value in (*limits, (resource.RLIMIT_CORE, 0)):
+            try:
+                if value is not None:
+                    resource.setrlimit(limit, (value, value))
+            except (ValueError, OSError):  # macOS may refuse RLIMIT_AS: the README says so
+                pass
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 1)
         os.dup2(devnull, 2)

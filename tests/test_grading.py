@@ -3,7 +3,8 @@ course's own notebook 04 (trimmed to its set-up and exercise cells), that each g
 however they are written: right, wrong, partly right, unattempted, tampering with the checker,
 looping for ever, crashing before the exercises, writing outside their folder, or not a notebook;
 and hostile ones that kill their parent, their grandparent, their process group or every process
-they can signal, fork a process that outlives its cell, return a tensor subclass or patch torch.
+they can signal, fork a process that outlives its cell, return a tensor subclass, patch torch or
+flood the grader with reports.
 
 Every class is graded by ``python -m course_lib.grading`` in a process of its own and, where util-linux's
 ``unshare`` can, inside user and PID namespaces made for the test: whatever a student does, and even
@@ -305,6 +306,11 @@ HOGS_MEMORY = """
 def my_attention(q, k, v):
     return torch.empty(2**32)  # 16 GiB
 """
+FLOODS = """
+from course_lib.sandbox import CHANNEL_FD, send
+while True:  # reports that would keep the grader waiting for ever
+    send(CHANNEL_FD, {"event": "cell", "position": 0, "error": None})
+"""
 WAITS = """
 import ctypes, os, time
 ctypes.CDLL(None).prctl(15, b"waiting-student", 0, 0, 0)
@@ -437,6 +443,7 @@ def graded(tmp_path_factory):
     marker = tmp / "unpickled"
     student(work, "patches_torch.ipynb", f"MARKER = {str(marker)!r}\n" + PATCHES_TORCH + ATTENTION, CAUSAL)
     student(work, "hogs_memory.ipynb", HOGS_MEMORY, CAUSAL)
+    student(work, "floods_the_grader.ipynb", FLOODS, CAUSAL)
     if NAMESPACES:  # elsewhere the grandparent is the grader: ONLY_IN_NAMESPACES
         student(work, "kills_grandparent.ipynb", ATTENTION + KILLS_GRANDPARENT, CAUSAL)
     if NAMESPACES and containable():
@@ -582,6 +589,12 @@ def test_the_memory_limit_is_named_when_it_is_reached(graded):
     assert graded.rows["hogs_memory.ipynb"]["causal-softmax"]["status"] == "passed"
 
 
+def test_a_student_who_floods_the_grader_with_reports_is_stopped(graded):
+    rows = graded.rows["floods_the_grader.ipynb"]
+    assert [row["status"] for row in rows.values()] == ["error", "error"]
+    assert "more reports than the notebook has cells and cases" in rows["attention"]["feedback"]
+
+
 @pytest.mark.skipif(not containable(), reason="needs util-linux unshare to refuse namespaces to the grader under test")
 def test_without_namespaces_a_student_still_costs_only_itself(tmp_path):
     work = tmp_path / "submitted"
@@ -591,7 +604,7 @@ def test_without_namespaces_a_student_still_costs_only_itself(tmp_path):
     student(work, "kills_group.ipynb", ATTENTION + KILLS_GROUP, CAUSAL)
     student(work, "forks.ipynb", FORKS + ATTENTION, CAUSAL)
     result = grade(work, "--out", tmp_path / "grades", "--jobs", 2, sessions=True)
-    assert "runs in its own session under a supervisor" in result.stdout
+    assert "processes: own session under a supervisor" in result.stdout
     rows = rows_of(tmp_path / "grades")
     for name in ("right.ipynb", "kills_parent.ipynb", "forks.ipynb"):  # the parent is a supervisor: it dies alone
         assert [r["status"] for r in rows[name].values()] == ["passed", "passed"], name
