@@ -11,7 +11,6 @@ settings, so the same command run again grades only what is missing; ``regrade``
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import re
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .exercises import EXERCISES, _show
-from .files import write_atomically
+from .files import sha256_file, write_atomically
 from .scoring import STATUSES, Grade
 
 COLUMNS = ("notebook", "exercise", "status", "cases_passed", "cases_total", "feedback")
@@ -105,8 +104,8 @@ def file_names(notebooks: list[Path]) -> dict[Path, str]:
 
 def _sha256(path: Path) -> str:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
+        return sha256_file(path)
+    except OSError:  # gone or unreadable: graded as such, and again next time
         return ""
 
 

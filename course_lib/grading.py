@@ -49,13 +49,14 @@ from .exercises import EXERCISES
 from .gradebook import Gradebook, NotebookReport, summary_table
 from .sandbox import ProtocolError, Sandbox, isolation
 from .scoring import Answers, CaseSet, Grade, Interruption, export_cases, load_cases, read_result, score, unfinished
+from .student_process import MAX_RETURNED
 from .submissions import COURSE_NOTEBOOKS, CourseNotebook, Plan, course_notebooks, identify, plan, read_notebook
 
 GRACE_S = 10.0  # the longest a process may ignore its own interrupt before it is killed (half the timeout if less)
 MAX_RESTARTS = 4  # processes killed per notebook before the rest of it is given up
 STARTUP_S = 120.0  # starting Python, torch and IPython in the student's process
 FILE_LIMIT = 64 << 20  # bytes of any file the student's process writes
-MAX_PAYLOAD = 1 << 28  # bytes of one returned value (student_process.MAX_RETURNED elements, with room)
+MAX_PAYLOAD = 16 * MAX_RETURNED + (1 << 20)  # bytes of the largest value sent back (complex128), with room
 ISOLATION = {  # what the sandbox's isolation means for a class (the README says more)
     "namespaces": "nothing a student's code does to processes reaches the grader or another student",
     "sessions": "a student's code that signals the grader by its process id, or every process, can stop it",
@@ -384,12 +385,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--memory", type=float, default=6.0, help="GiB of memory per notebook (default 6)")
     args = parser.parse_args(argv)
-    if args.export_cases:
-        path = export_cases(args.export_cases)
-        print(f"wrote {path}: change or add cases, keep it from students, grade with --cases {path}")
-        return 0
-    if not args.paths:
+    if not args.paths and not args.export_cases:
         parser.error("give student notebooks or folders of them (or --export-cases FILE)")
+    try:
+        if args.export_cases:
+            path = export_cases(args.export_cases)
+            print(f"wrote {path}: change or add cases, keep it from students, grade with --cases {path}")
+            return 0
+        cases = load_cases(args.cases)
+    except (OSError, ValueError) as err:  # a file that is there, one that is not, one that is not cases
+        parser.error(str(err))
     start = time.perf_counter()
     try:
         reports = grade_class(
@@ -399,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs=args.jobs,
             memory_gb=args.memory,
             every_cell=args.every_cell,
-            cases=load_cases(args.cases),
+            cases=cases,
             regrade=args.regrade,
         )
     except KeyboardInterrupt:

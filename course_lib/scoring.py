@@ -12,7 +12,6 @@ students, and grades with :func:`load_cases` (``--cases FILE``).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import io
 import re
@@ -25,7 +24,7 @@ from typing import Any
 import torch
 
 from .exercises import EXERCISES, Case, _same, _show
-from .files import write_atomically
+from .files import sha256_file, write_atomically
 
 STATUSES = ("passed", "failed", "error", "timeout", "not attempted")
 DEMO_CASES = Path(__file__).with_name("hidden_cases.py")  # a course handed to students may leave it out
@@ -51,10 +50,10 @@ def load_cases(path: str | Path | None = None) -> CaseSet:
             raise FileNotFoundError("course_lib/hidden_cases.py is not here: grade with --cases FILE")
         from .hidden_cases import HIDDEN
 
-        digest = hashlib.sha256(DEMO_CASES.read_bytes()).hexdigest()
+        digest = sha256_file(DEMO_CASES)
         return CaseSet(HIDDEN, "the shipped demo set, course_lib/hidden_cases.py, which students can read", digest)
     path = Path(path)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = sha256_file(path)
     spec = importlib.util.spec_from_file_location(f"instructor_cases_{digest[:12]}", path)
     if spec is None or spec.loader is None:
         raise ValueError(f"{path}: not a Python file of hidden cases")
