@@ -39,7 +39,7 @@ ENV = {**os.environ, "COURSE_BUDGET": "ci", "COURSE_DEVICE": "cpu", "PYTHONHASHS
 UNSHARE = shutil.which("unshare")
 CONTAINER = ["--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount-proc"]
 NOT_INIT = '"$@"; exit $?'  # the grader runs as PID 2 of the container: PID 1 ignores signals sent from inside
-NO_NAMESPACES = "echo 0 > /proc/sys/user/max_user_namespaces && " + NOT_INIT  # for the container only
+REFUSE_NAMESPACES = "echo 0 > /proc/sys/user/max_user_namespaces"  # in the container: for what it starts
 
 # == the hidden cases =======================================================================
 
@@ -355,9 +355,12 @@ def new_cell(source):
 
 
 @functools.cache
-def containable():
-    """Whether util-linux's ``unshare`` can put a command in user and PID namespaces of its own here."""
-    return UNSHARE is not None and subprocess.run([UNSHARE, *CONTAINER, "true"], capture_output=True).returncode == 0
+def containable(inside="true"):
+    """Whether util-linux's ``unshare`` can put a command in user and PID namespaces of its own here
+    (and, given ``inside``, that shell command succeeds there)."""
+    if UNSHARE is None:
+        return False
+    return subprocess.run([UNSHARE, *CONTAINER, "sh", "-c", inside], capture_output=True).returncode == 0
 
 
 def grade(*args, sessions=False):
@@ -365,7 +368,7 @@ def grade(*args, sessions=False):
     reaches no further than the grader under test). ``sessions``: new user namespaces refused to the
     grader, so that its sandbox falls back to sessions."""
     command = [sys.executable, "-m", "course_lib.grading", *map(str, args)]
-    command = ["sh", "-c", NO_NAMESPACES if sessions else NOT_INIT, "sh", *command]
+    command = ["sh", "-c", f"{REFUSE_NAMESPACES} && {NOT_INIT}" if sessions else NOT_INIT, "sh", *command]
     if containable():
         command = [UNSHARE, *CONTAINER, *command]
     result = subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=900)
@@ -595,7 +598,9 @@ def test_a_student_who_floods_the_grader_with_reports_is_stopped(graded):
     assert "more reports than the notebook has cells and cases" in rows["attention"]["feedback"]
 
 
-@pytest.mark.skipif(not containable(), reason="needs util-linux unshare to refuse namespaces to the grader under test")
+@pytest.mark.skipif(
+    not containable(REFUSE_NAMESPACES), reason="needs util-linux unshare to refuse namespaces to the grader"
+)
 def test_without_namespaces_a_student_still_costs_only_itself(tmp_path):
     work = tmp_path / "submitted"
     work.mkdir()
