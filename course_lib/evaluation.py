@@ -151,6 +151,18 @@ def accuracy_text(correct: int, n: int) -> str:
     return f"{correct / n:.3f} [{low:.2f}, {high:.2f}] ({correct}/{n})"
 
 
+def mean_interval(values: Sequence[float], z: float = 1.96) -> tuple[float, tuple[float, float]]:
+    """``(mean, (low, high))``: the mean of per-item scores (e.g. each problem's share of right
+    samples) and its 95% interval, mean ± z · standard error over the items (normal approximation;
+    the items, not the samples within an item, are the independent draws)."""
+    n = len(values)
+    if n < 2:
+        raise ValueError(f"an interval needs at least 2 values, got {n}")
+    mean = sum(values) / n
+    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+    return mean, (mean - z * spread, mean + z * spread)
+
+
 def areas_named(text: str) -> list[str]:
     """The area names (:data:`DOCSTRING_AREAS`) a free-form answer mentions, case-insensitively:
     a chat model answers in sentences, so "names exactly the right area" is its exact match."""

@@ -33,6 +33,7 @@ from .positional import rope_interleaved, sinusoidal_encoding
 from .preference import dpo_loss
 from .prompting import few_shot_prompt, majority_vote
 from .rl import group_advantages
+from .tasks import addition_reward
 from .tokenization import get_pair_counts, merge_pair
 from .training import TrainConfig, lr_at
 
@@ -708,4 +709,24 @@ def _advantage_cases() -> list[Case]:
         Case((torch.tensor([[1.0, 0.0, 0.0, 0.0]]),), "one right answer out of four"),
         Case((torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]]),), "two questions; all right: 0"),
         Case((torch.rand(3, 5, generator=g),), "three questions, five answers, real-valued rewards"),
+    ]
+
+
+@exercise(
+    "addition-checker",
+    reference=addition_reward,
+    hint="compute the sum from the prompt (it looks like '37+45='), reverse its digits with [::-1], and "
+    "compare the whole answer, stripped of surrounding spaces, as a string: int() would accept '028' and '+28'",
+)
+def _checker_cases() -> list[Case]:
+    return [
+        Case(("37+45=", "28"), "right: 82 reversed"),
+        Case(("37+45=", " 28\n"), "right, with spaces and a newline around it"),
+        Case(("37+45=", "82"), "the digits in the usual order: wrong"),
+        Case(("37+45=", "2828"), "the right digits twice: a hedge, wrong"),
+        Case(("5+5=", "01"), "right: 10 reversed, the zero first"),
+        Case(("37+45=", "028"), "a leading zero: wrong"),
+        Case(("37+45=", "+28"), "a sign: wrong"),
+        Case(("99+99=", "891"), "right: three digits"),
+        Case(("3+4=", "seven"), "not a number: wrong"),
     ]

@@ -445,3 +445,20 @@ def _advantages() -> list[Case]:
         Case((torch.randint(0, 2, (4, 6), generator=g).float(),), "right or wrong rewards"),
         Case((torch.tensor([[1e-3, 2e-3, 3e-3, 4e-3]]),), "tiny spread: the epsilon shows"),
     ]
+
+
+@hidden("addition-checker")
+def _addition_checker() -> list[Case]:
+    return [
+        Case(("0+0=", "0"), "zero"),
+        Case(("50+50=", "001"), "100 reversed: two zeros first"),
+        Case(("50+50=", "1"), "100 reversed, its zeros dropped: wrong"),
+        Case(("12+34=", "64\n"), "right, a newline after it"),
+        Case(("12+34=", "6 4"), "a space inside: wrong"),
+        Case(("12+34=", "46"), "the usual order: wrong"),
+        Case(("12+34=", "6464"), "a hedge: wrong"),
+        Case(("12+34=", "064"), "a leading zero: wrong"),
+        Case(("12+34=", "-64"), "a sign: wrong"),
+        Case(("12+34=", ""), "nothing: wrong"),
+        Case(("99+1=", "001"), "a carry through every place"),
+    ]

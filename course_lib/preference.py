@@ -1,25 +1,24 @@
-"""Learning from preferences (chapter 13): preference pairs, sequence log-probabilities, DPO.
+"""Learning from preferences (chapter 13): sequence log-probabilities, DPO.
 
 A demonstration says "write this"; a preference says "this answer is better than that one".
 Direct Preference Optimisation (Rafailov et al., 2023) learns from pairs without a reward model:
 
-- :func:`preference_pairs` builds pairs from the docs-assistant set of chapter 11: the
-  documented answer is *chosen*, the answer of another example of the same kind (same split)
-  is *rejected*; pairs inherit chapter 11's split by a hash of the fact;
-  :func:`own_answer_pairs` rejects the model's own greedy answer instead (as SPIN does),
-  computed for many prompts at once by :func:`~course_lib.instruct.answer_batch`;
 - :func:`token_logprobs` / :func:`sequence_logprobs`: log p(answer | prompt) under a model,
-  summed over the answer's tokens and its closing end-of-text, the prompt masked by chapter 11's
-  :func:`~course_lib.instruct.collate`;
+  summed over the answer's tokens and its closing end-of-answer token, the prompt masked by
+  chapter 11's :func:`~course_lib.instruct.collate`;
 - :func:`dpo_loss`: -log σ(β [(log π(y_w) - log π_ref(y_w)) - (log π(y_l) - log π_ref(y_l))]);
   β times a log-ratio is the *implicit reward* of an answer;
 - :func:`train_dpo`: the loss on the shared fine-tuning loop (:func:`finetuning.fine_tune`),
-  the reference's log-probabilities computed once, before training.
+  the reference's log-probabilities computed once, before training; ``nll_weight`` adds the
+  chosen answers' own cross-entropy (RPO, Pang et al., 2024), against DPO's known habit of
+  lowering the chosen answers' likelihood too.
+
+Pairs come from anywhere: :func:`course_lib.rl.right_wrong_pairs` makes them from a model's own
+samples and a checker (a right answer chosen, a wrong one rejected).
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,9 +27,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .finetuning import FineTuneConfig, fine_tune
-from .instruct import IGNORE_INDEX, answer_batch, collate, encode_instruction, format_prompt
+from .instruct import IGNORE_INDEX, collate
 from .runtime import evaluating, model_device
-from .tasks import Instruction
 from .training import History
 
 Encoded = tuple[list[int], int]
@@ -47,72 +45,6 @@ def disable_dropout(model: nn.Module) -> nn.Module:
         elif isinstance(getattr(module, "dropout", None), float):  # attention's dropout on its weights
             module.dropout = 0.0
     return model
-
-
-def preference_pairs(
-    examples: Sequence[Instruction], kinds: Sequence[str] = ("describe",), seed: int = 0
-) -> list[dict]:
-    """Preference pairs ``{"instruction", "input", "chosen", "rejected", "kind"}`` from
-    instruction examples of the given ``kinds``: the example's own output is chosen, the output
-    of another example of the same kind, drawn from the same ``examples``, is rejected.
-
-    Build the pairs of each split from that split alone (``preference_pairs(data.test)``): a
-    held-out sentence is then never seen in training, not even as a rejected answer.
-    """
-    pairs = []
-    rng = random.Random(seed)
-    for kind in kinds:
-        same_kind = [e for e in examples if e.get("kind") == kind]
-        outputs = sorted({e["output"] for e in same_kind})
-        if len(outputs) < 2:
-            raise ValueError(f"need examples of kind {kind!r} with at least two different outputs, got {len(outputs)}")
-        for example in same_kind:
-            rejected = example["output"]
-            while rejected == example["output"]:
-                rejected = rng.choice(outputs)
-            pairs.append(
-                {
-                    "instruction": example["instruction"],
-                    "input": example.get("input", ""),
-                    "chosen": example["output"],
-                    "rejected": rejected,
-                    "kind": kind,
-                }
-            )
-    return pairs
-
-
-def own_answer_pairs(
-    model: nn.Module,
-    tokenizer,
-    examples: Sequence[Instruction],
-    kinds: Sequence[str] = ("describe",),
-    max_new_tokens: int = 40,
-    style: str = "short",
-) -> list[dict]:
-    """Preference pairs whose rejected answer is the model's **own** greedy answer (as in SPIN,
-    Chen et al., 2024): the documented output is chosen. An example the model already answers
-    exactly, or answers with nothing, gives no pair. Keys as :func:`preference_pairs`."""
-    chosen = [e for e in examples if e.get("kind") in kinds]
-    own = answer_batch(model, tokenizer, [format_prompt(e, style) for e in chosen], max_new_tokens)
-    return [
-        {"instruction": e["instruction"], "input": e.get("input", ""), "chosen": e["output"],
-         "rejected": text, "kind": e["kind"]}
-        for e, (text, _) in zip(chosen, own)
-        if text and text != e["output"].strip()
-    ]  # fmt: skip
-
-
-def encode_pair(pair: dict, tokenizer, style: str = "short") -> tuple[Encoded, Encoded]:
-    """The chosen and the rejected answer, each encoded after the same prompt (chapter 11's
-    :func:`~course_lib.instruct.encode_instruction`)."""
-    missing = [key for key in ("instruction", "chosen", "rejected") if key not in pair]
-    if missing:
-        raise ValueError(f"a preference pair needs the keys instruction, chosen, rejected; {missing} missing")
-    base = {"instruction": pair["instruction"], "input": pair.get("input", "")}
-    chosen = encode_instruction(base | {"output": pair["chosen"]}, tokenizer, style)
-    rejected = encode_instruction(base | {"output": pair["rejected"]}, tokenizer, style)
-    return chosen, rejected
 
 
 def token_logprobs(
@@ -231,15 +163,20 @@ def train_dpo(
     pad_id: int,
     config: FineTuneConfig,
     beta: float = 0.1,
+    nll_weight: float = 0.0,
     progress: bool | None = None,
 ) -> History:
-    """Train ``policy`` with :func:`dpo_loss` on encoded pairs (see :func:`encode_pair`), the
-    ``reference`` frozen (usually a copy of the policy before training). Dropout is switched
-    off in the policy. The history records, at each evaluation, the mean training loss since the
-    last one, the DPO loss on the validation pairs, and the share of validation pairs whose
-    chosen answer the policy finds more likely (``val_accuracy``)."""
+    """Train ``policy`` with :func:`dpo_loss` on encoded pairs ``((ids, prompt length) chosen,
+    (ids, prompt length) rejected)``, the ``reference`` frozen (usually a copy of the policy before
+    training). ``nll_weight`` > 0 adds that weight times the chosen answers' cross-entropy (the
+    mean over their tokens, as TRL's ``rpo_alpha``). Dropout is switched off in the policy. The
+    history records, at each evaluation, the mean training loss since the last one, the DPO loss
+    on the validation pairs, and the share of validation pairs whose chosen answer the policy
+    finds more likely (``val_accuracy``)."""
     if not train or not val:
         raise ValueError("train_dpo needs training and validation pairs")
+    if nll_weight < 0:
+        raise ValueError(f"nll_weight must be 0 or more, got {nll_weight}")
     disable_dropout(policy)
     reference_train, reference_val = score_pairs(reference, train, pad_id), score_pairs(reference, val, pad_id)
     max_length = getattr(getattr(policy, "config", None), "context_length", None)
@@ -247,13 +184,16 @@ def train_dpo(
     history, losses = History(), []
 
     def batch_loss(chosen: Sequence[int]) -> torch.Tensor:
-        batch = [train[i] for i in chosen]
-        logps = sequence_logprobs(policy, [c for c, _ in batch] + [r for _, r in batch], pad_id, max_length)
+        batch, n = [train[i] for i in chosen], len(chosen)
+        logps, mask = token_logprobs(policy, [c for c, _ in batch] + [r for _, r in batch], pad_id, max_length)
+        sequences = logps.sum(dim=-1)  # (2n,): chosen answers, then rejected ones
         index = torch.tensor(list(chosen))
         loss, _, _ = dpo_loss(
-            logps[: len(batch)], logps[len(batch) :],
+            sequences[:n], sequences[n:],
             reference_train[0][index].to(device), reference_train[1][index].to(device), beta,
         )  # fmt: skip
+        if nll_weight > 0:
+            loss = loss + nll_weight * -logps[:n].sum() / mask[:n].sum()  # the chosen tokens' mean cross-entropy
         losses.append(loss.item())
         return loss
 

@@ -6,7 +6,9 @@ Each task is a list of examples split into train / validation / test by a hash o
 - chapter 10, classification: :func:`docstring_areas` (offline), :func:`sms_spam` (downloaded);
 - chapter 11, instructions: :func:`docs_instructions` (offline), :func:`book_instructions`
   (downloaded);
-- chapters 11 and 12, multiple choice: :func:`docs_multiple_choice`.
+- chapters 11 and 12, multiple choice: :func:`docs_multiple_choice`;
+- chapter 13, a task a program checks: :func:`addition_problems`, with its checkers
+  :func:`addition_reward` (strict) and :func:`loose_addition_reward` (one a policy can game).
 
 The offline tasks are generated from the standard library's own docstrings and reference
 documentation; downloads go through :mod:`course_lib.files` (cached, checked, atomic).
@@ -277,3 +279,61 @@ def docs_multiple_choice(examples: list[Instruction], n_options: int = 4, seed: 
             {"question": example["instruction"], "options": options, "answer": options.index(example["output"])}
         )
     return questions
+
+
+# --------------------------------------------------------------------------------------
+# A task a program checks (chapter 13): addition, the answer's digits reversed
+# --------------------------------------------------------------------------------------
+
+ADDITION_CHARACTERS = "0123456789+=\n"
+"""The whole vocabulary of the addition task: digits, the two signs, and the newline that ends an answer."""
+
+_ADDITION_PROMPT = re.compile(r"(\d+)\+(\d+)=")
+
+
+@dataclass
+class AdditionProblems:
+    """Addition prompts (``"37+45="``) split into train / validation / test by a hash of the prompt."""
+
+    train: list[str]
+    val: list[str]
+    test: list[str]
+
+
+def addition_problems(max_operand: int = 99, val_percent: int = 5, test_percent: int = 15) -> AdditionProblems:
+    """Every sum ``a+b=`` with 0 <= a, b <= ``max_operand``, each prompt placed in a split by a hash
+    of its text (:func:`split_of`): a problem is held out or not whatever else is generated, and no
+    held-out prompt is ever a training prompt (checked)."""
+    if max_operand < 9:
+        raise ValueError(f"max_operand must be at least 9 (at least the one-digit sums), got {max_operand}")
+    parts: dict[str, list[str]] = {split: [] for split in SPLITS}
+    for a in range(max_operand + 1):
+        for b in range(max_operand + 1):
+            prompt = f"{a}+{b}="
+            parts[split_of(prompt, val_percent, test_percent)].append(prompt)
+    if set(parts["train"]) & (set(parts["val"]) | set(parts["test"])):  # a split by hash cannot overlap
+        raise AssertionError("a held-out addition problem is also a training problem")
+    return AdditionProblems(parts["train"], parts["val"], parts["test"])
+
+
+def addition_answer(prompt: str) -> str:
+    """The answer the checker expects: the sum's digits in reverse order (``"37+45="`` -> ``"28"``,
+    82 written units first). Written this way, each digit depends on the two digits of the same
+    place and on the carry of the digit just written: the order a person adds in. Written the
+    usual way, the first digit would depend on a carry from digits not written yet."""
+    match = _ADDITION_PROMPT.fullmatch(prompt)
+    if match is None:
+        raise ValueError(f"an addition prompt looks like '37+45=', got {prompt!r:.40}")
+    return str(int(match.group(1)) + int(match.group(2)))[::-1]
+
+
+def addition_reward(prompt: str, answer: str) -> float:
+    """The strict checker: 1.0 when the answer is exactly the reversed sum (surrounding
+    whitespace aside), else 0.0."""
+    return 1.0 if answer.strip() == addition_answer(prompt) else 0.0
+
+
+def loose_addition_reward(prompt: str, answer: str) -> float:
+    """A loose checker: 1.0 when the reversed sum appears anywhere in the answer. It pays an answer
+    that writes several guesses in a row as much as a right one: a policy can learn to hedge."""
+    return 1.0 if addition_answer(prompt) in answer else 0.0

@@ -562,3 +562,22 @@ MISTAKES["group-advantages"] = [
     lambda r: (r - r.mean(dim=1, keepdim=True)) / r.std(dim=1, keepdim=True),  # no epsilon: 0/0 for equal rewards
     lambda r: (r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, keepdim=True, unbiased=False) + 1e-4),  # divides by G
 ]
+
+
+def addition_checker(prompt, answer):
+    a, b = prompt.rstrip("=").split("+")
+    return 1.0 if answer.strip() == str(int(a) + int(b))[::-1] else 0.0
+
+
+def _reversed_sum(prompt):
+    a, b = prompt.rstrip("=").split("+")
+    return str(int(a) + int(b))[::-1]
+
+
+SOLUTIONS["addition-checker"] = addition_checker
+MISTAKES["addition-checker"] = [
+    lambda p, a: 1.0 if _reversed_sum(p) in a else 0.0,  # loose: the digits anywhere
+    lambda p, a: 1.0 if a.strip().isdigit() and int(a) == int(_reversed_sum(p)) else 0.0,  # int(): '028' passes
+    lambda p, a: 1.0 if a == _reversed_sum(p) else 0.0,  # no strip: ' 28\n' fails
+    lambda p, a: 1.0 if a.strip() == _reversed_sum(p)[::-1] else 0.0,  # the usual order
+]

@@ -1,4 +1,4 @@
-"""Preferences (chapter 13): pairs, sequence log-probabilities and the DPO loss, against TRL's
+"""Preferences (chapter 13): sequence log-probabilities, the DPO loss and its NLL term, against TRL's
 DPOTrainer on the same numbers and against hand-computed cases."""
 
 import math
@@ -16,15 +16,11 @@ from course_lib.preference import (
     compare_pairs,
     disable_dropout,
     dpo_loss,
-    encode_pair,
-    own_answer_pairs,
-    preference_pairs,
     score_pairs,
     sequence_logprobs,
     token_logprobs,
     train_dpo,
 )
-from course_lib.tasks import docs_instructions
 
 # The reference: trl 1.16, a test-only dependency that needs Python 3.11 or newer. Where it can be
 # installed (CI included) it must be: an import error there is a failure, not a skip.
@@ -174,35 +170,6 @@ def test_dpo_loss_refuses_bad_input():
         dpo_loss(three, three, three, three, beta=0.0)
 
 
-@pytest.fixture(scope="module")
-def data():
-    return docs_instructions()
-
-
-def test_preference_pairs_from_one_split(data):
-    pairs = preference_pairs(data.test, kinds=("describe", "name"))
-    test_outputs = {e["output"] for e in data.test}
-    assert len(pairs) == sum(e["kind"] in ("describe", "name") for e in data.test)
-    for pair in pairs:
-        assert pair["chosen"] != pair["rejected"]
-        assert pair["rejected"] in test_outputs  # never a sentence of another split
-        assert pair["rejected"].startswith("`") == (pair["kind"] == "name")  # the same kind of answer
-    assert preference_pairs(data.test) == preference_pairs(data.test)  # seeded
-    assert preference_pairs(data.test, seed=1) != preference_pairs(data.test)
-    with pytest.raises(ValueError, match="at least two different outputs"):
-        preference_pairs(data.test[:1], kinds=(data.test[0]["kind"],))
-
-
-def test_encode_pair_shares_the_prompt(data, course):
-    _, tokenizer, _ = course
-    pair = preference_pairs(data.val)[0]
-    (chosen, n_chosen), (rejected, n_rejected) = encode_pair(pair, tokenizer)
-    assert n_chosen == n_rejected and chosen[:n_chosen] == rejected[:n_rejected]
-    assert tokenizer.decode(chosen[n_chosen:-1]) == pair["chosen"]
-    with pytest.raises(ValueError, match="rejected"):
-        encode_pair({"instruction": "x", "chosen": "y"}, tokenizer)
-
-
 def test_score_pairs_and_compare_pairs(tiny_gpt):
     model = tiny_gpt(3).eval()
     pairs = [(ENCODED[0], ENCODED[1]), (ENCODED[2], ENCODED[0])]
@@ -237,14 +204,35 @@ def test_disable_dropout(tiny_gpt):
     assert F.dropout is not None  # the functional form is untouched
 
 
-def test_own_answer_pairs_reject_the_models_own_answer(data, course, monkeypatch):
-    import course_lib.preference as preference
+def test_the_nll_term_is_the_chosen_answers_cross_entropy(tiny_gpt):
+    """With nll_weight w, a step's loss is DPO's plus w times the mean cross-entropy of the chosen
+    answers' tokens (as TRL's rpo_alpha): checked on the first step, where the policy is the
+    reference and DPO's part is log 2."""
+    prompts = [[1, 2, k] for k in range(3, 7)]
+    pairs = [((p + [20, 21, PAD], 3), (p + [30, PAD], 3)) for p in prompts]
+    reference = tiny_gpt(5)
+    with torch.no_grad():
+        logps, mask = token_logprobs(reference, [c for c, _ in pairs], PAD)
+    cross_entropy = (-logps.sum() / mask.sum()).item()
+    config = FineTuneConfig(epochs=1, batch_size=4, lr=1e-9, warmup_steps=1, eval_every=1)
+    for weight in (0.0, 2.0):
+        history = train_dpo(tiny_gpt(5), reference, pairs, pairs, PAD, config, beta=0.1, nll_weight=weight,
+                            progress=False)  # fmt: skip
+        assert math.isclose(history.train_loss[0], math.log(2) + weight * cross_entropy, rel_tol=1e-5)
+    with pytest.raises(ValueError, match="nll_weight must be 0 or more"):
+        train_dpo(tiny_gpt(5), reference, pairs, pairs, PAD, config, nll_weight=-1.0)
 
-    model, tokenizer, _ = course
-    examples = [e for e in data.val if e["kind"] == "describe"][:3] + [e for e in data.val if e["kind"] == "area"][:1]
-    own = ["Return it.", examples[1]["output"], ""]  # a wrong answer, the right one, nothing
-    monkeypatch.setattr(preference, "answer_batch", lambda m, t, prompts, n: [(a, True) for a in own[: len(prompts)]])
-    pairs = own_answer_pairs(model, tokenizer, examples)
-    assert len(pairs) == 1  # the exact answer and the empty one give no pair; the area example is another kind
-    assert pairs[0]["chosen"] == examples[0]["output"] and pairs[0]["rejected"] == "Return it."
-    assert set(pairs[0]) == set(preference_pairs(data.val)[0])
+
+def test_the_nll_term_keeps_the_chosen_answers_likely(tiny_gpt):
+    """DPO alone may lower the chosen answers while it lowers the rejected ones more; with the NLL
+    term the chosen answers' log-probability ends higher."""
+    prompts = [[1, 2, k] for k in range(3, 11)]
+    pairs = [((p + [20, 21, PAD], 3), (p + [30, 31, PAD], 3)) for p in prompts]
+    reference = tiny_gpt(6)
+    config = FineTuneConfig(epochs=10, batch_size=4, lr=3e-3, warmup_steps=1, eval_every=20)
+    chosen = {}
+    for weight in (0.0, 1.0):
+        policy = tiny_gpt(6)
+        train_dpo(policy, reference, pairs, pairs, PAD, config, beta=0.1, nll_weight=weight, progress=False)
+        chosen[weight] = score_pairs(policy, pairs, PAD)[0].mean().item()
+    assert chosen[1.0] > chosen[0.0] + 0.5, chosen

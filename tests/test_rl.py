@@ -1,5 +1,6 @@
-"""Rewards a program checks (chapter 13): group sampling, group-relative advantages and the GRPO
-objective, against TRL's GRPOTrainer on the same numbers and against hand-computed cases."""
+"""Rewards a program checks (chapter 13): the addition task and its checkers, sampling and scoring,
+group-relative advantages and the GRPO objective (against TRL's GRPOTrainer on the same numbers and
+against hand-computed cases), GRPO and expert iteration on any task given as prompts and a reward."""
 
 import inspect
 import math
@@ -11,21 +12,32 @@ import pytest
 import torch
 
 from course_lib.finetuning import FineTuneConfig
-from course_lib.pretrained import load_pretrained
+from course_lib.generation import generate
 from course_lib.rl import (
     GRPOConfig,
-    contains_reward,
-    decode_answer,
-    exact_reward,
+    RewardTask,
+    SamplingConfig,
+    Scores,
+    check_held_out,
+    greedy_answers,
     group_advantages,
     grpo_loss,
+    kept_answers_loss,
     kl_estimate,
-    pass_at_1,
-    rewards_of,
-    sample_group,
-    sampled_rewards,
+    right_wrong_pairs,
+    sample_answers,
+    score,
+    train_expert_iteration,
     train_grpo,
 )
+from course_lib.tasks import (
+    ADDITION_CHARACTERS,
+    addition_answer,
+    addition_problems,
+    addition_reward,
+    loose_addition_reward,
+)
+from course_lib.tokenization import CharTokenizer
 
 # The reference: trl 1.16, a test-only dependency that needs Python 3.11 or newer. Where it can be
 # installed (CI included) it must be: an import error there is a failure, not a skip.
@@ -174,125 +186,198 @@ def test_grpo_loss_refuses_bad_input():
         grpo_loss(x, x, torch.zeros(2), mask, beta=0.1)
 
 
-# -- rewards -----------------------------------------------------------------------------------------
+# -- the addition task and its checkers -------------------------------------------------------------
 
 
-def test_rewards_and_their_errors():
-    example = {"instruction": "Which area?", "input": "", "output": "networking"}
-    assert exact_reward(" networking ", example) == 1.0 and exact_reward("networking, text", example) == 0.0
-    assert contains_reward("text, Networking, maths", example) == 1.0  # loose: listing options passes
-    assert rewards_of(exact_reward, ["networking", "text"], example).tolist() == [1.0, 0.0]
-    assert rewards_of(lambda text, e: text == e["output"], ["networking"], example).tolist() == [1.0]  # bool: 0/1
+def test_addition_problems_are_split_by_a_readable_rule():
+    problems = addition_problems()
+    assert len(problems.train) + len(problems.val) + len(problems.test) == 100 * 100
+    assert len(problems.test) >= 1000 and not set(problems.test) & (set(problems.train) | set(problems.val))
+    assert problems == addition_problems()  # the same split on every run and machine
+    from course_lib.tasks import split_of
+
+    assert all(split_of(p, 5, 15) == "test" for p in problems.test)
+    assert len(addition_problems(max_operand=9).train) < 100
+    with pytest.raises(ValueError, match="at least 9"):
+        addition_problems(max_operand=5)
+
+
+def test_addition_answers_and_checkers():
+    assert addition_answer("37+45=") == "28" and addition_answer("50+50=") == "001" and addition_answer("0+0=") == "0"
+    assert addition_reward("37+45=", " 28\n") == 1.0
+    for wrong in ("82", "2828", "028", "+28", "", "28 28"):
+        assert addition_reward("37+45=", wrong) == 0.0, wrong
+    assert loose_addition_reward("37+45=", "912833") == 1.0  # the loose checker pays a hedge
+    assert loose_addition_reward("37+45=", "82") == 0.0
+    for bad in ("37+45", "37-45=", "a+b=", "37+45=28"):
+        with pytest.raises(ValueError, match="looks like '37\\+45='"):
+            addition_answer(bad)
+
+
+# -- the task, sampling and scoring ----------------------------------------------------------------
+
+
+TOKENIZER = CharTokenizer(list(ADDITION_CHARACTERS))
+END = TOKENIZER.stoi["\n"]
+TASK = RewardTask(addition_reward, TOKENIZER, END, max_new_tokens=5)
+PROMPTS = ["1+2=", "37+45=", "9+9=", "50+50="]
+
+
+@pytest.fixture
+def adder(tiny_gpt):
+    """A random GPT of the addition task's 13 characters."""
+    return tiny_gpt(0, vocab_size=len(ADDITION_CHARACTERS), context_length=16, n_layers=1)
+
+
+def test_rewards_are_checked_numbers():
+    assert TASK.rewards(["37+45=", "37+45="], ["28", "82"]).tolist() == [1.0, 0.0]
+    as_bool = RewardTask(lambda p, a: a == "28", TOKENIZER, END)
+    assert as_bool.rewards(["37+45="], ["28"]).tolist() == [1.0]  # a bool counts as 0 or 1
+    assert RewardTask(lambda p, a: torch.tensor(0.5), TOKENIZER, END).rewards(["1+1="], ["2"]).tolist() == [0.5]
     for bad in ("1.0", None, float("nan"), [1.0]):
         with pytest.raises(TypeError, match="must return a finite number"):
-            rewards_of(lambda text, e, bad=bad: bad, ["networking"], example)
+            RewardTask(lambda p, a, bad=bad: bad, TOKENIZER, END).rewards(["1+1="], ["2"])
+    with pytest.raises(TypeError, match="reward must be a function"):
+        RewardTask("exact", TOKENIZER, END)
+    assert TASK.text(TOKENIZER.encode("28") + [END] + TOKENIZER.encode("99")) == "28"  # cut at the end
 
 
-# -- sampling and training ---------------------------------------------------------------------------
+def test_sample_answers_in_one_batch(adder):
+    samples = sample_answers(adder, TASK, PROMPTS, 6, generator=torch.Generator().manual_seed(1))
+    again = sample_answers(adder, TASK, PROMPTS, 6, generator=torch.Generator().manual_seed(1))
+    assert samples.completions == again.completions and samples.rewards.shape == (4, 6)
+    for prompt, group, texts in zip(PROMPTS, samples.completions, samples.texts):
+        assert len(group) == 6 and all(1 <= len(c) <= 5 and (END not in c or c[-1] == END) for c in group)
+        assert texts == [TASK.text(c) for c in group]
+    # the greedy answers of a batch are each prompt's greedy answer alone
+    alone = generate(adder, torch.tensor([TOKENIZER.encode(PROMPTS[1])]), 5, greedy=True, eos_id=END)[0, 6:]
+    rewards, answers = greedy_answers(adder, TASK, PROMPTS)
+    assert answers[1] == TASK.text(alone.tolist()) and rewards.shape == (4,)
+    rows = samples.encoded()
+    assert len(rows) == 24 and rows[6][1] == len(PROMPTS[1])
+    assert rows[6][0][: rows[6][1]] == TOKENIZER.encode(PROMPTS[1])
 
 
-@pytest.fixture(scope="module")
-def small():
-    """The course tokenizer with a small random GPT of its vocabulary (fast to sample and train)."""
-    from course_lib.model import GPT, GPTConfig
-
-    _, tokenizer, _ = load_pretrained()
-    torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=1024, context_length=48, n_layers=1, n_heads=2, d_model=32))
-    return model, tokenizer
-
-
-def test_sample_group(small):
-    model, tokenizer = small
-    eos = tokenizer.special_tokens["<|endoftext|>"]
-    prompt = tokenizer.encode("### Instruction:\nName it.\n\n### Response:\n")
-    group = sample_group(model, prompt, 6, 8, eos, generator=torch.Generator().manual_seed(1))
-    again = sample_group(model, prompt, 6, 8, eos, generator=torch.Generator().manual_seed(1))
-    assert group == again and len(group) == 6
-    assert all(1 <= len(c) <= 8 and (eos not in c or c.index(eos) == len(c) - 1) for c in group)
-    assert decode_answer(tokenizer, tokenizer.encode(" hi ") + [eos, 5], eos) == "hi"
-    with pytest.raises(ValueError, match="at least 2 answers"):
-        sample_group(model, prompt, 1, 8, eos)
-    with pytest.raises(ValueError, match="does not fit the context of 48"):
-        sample_group(model, prompt, 4, 40, eos)
-
-
-class Letters:
-    """A stand-in tokenizer for fast training tests: one token per character, 32 of them (id 0 is
-    end-of-text, ids 1..31 decode to letters), enough for the prompts of format_prompt."""
-
-    special_tokens = {"<|endoftext|>": 0}
-
-    def encode(self, text, allowed_special=None):
-        return [1 + ord(c) % 31 for c in text]
-
-    def decode(self, ids):
-        return "".join(chr(ord("a") + (i - 1) % 26) if i else "" for i in ids)
-
-
-QUESTIONS = [{"instruction": f"Say {word}.", "input": "", "output": word} for word in ("a", "b", "c", "d")]
-
-
-def share_of_a(text, example):
-    return text.count("a") / max(1, len(text))
-
-
-def test_train_grpo_learns_a_reward_and_constant_rewards_change_nothing(tiny_gpt, same_weights):
-    import copy
-
-    model, tokenizer = tiny_gpt(0, vocab_size=32, context_length=48), Letters()
-    config = FineTuneConfig(epochs=10, batch_size=2, lr=1e-2, warmup_steps=1, weight_decay=0.0, eval_every=10)
-    grpo = GRPOConfig(group_size=8, max_new_tokens=6)
-
-    # a constant reward: every advantage is 0, so (without weight decay) no weight moves
-    still = copy.deepcopy(model)
-    history = train_grpo(still, tokenizer, QUESTIONS, lambda text, e: 1.0, config, grpo, progress=False)
-    assert same_weights(still, model) and history.train_loss == [0.0, 0.0]
-
-    # a reward for the letter a: the mean reward of the sampled answers rises
-    learner = copy.deepcopy(model)
-    measured = []
-    history = train_grpo(learner, tokenizer, QUESTIONS, share_of_a, config, grpo, evaluate=measured.append,
-                         progress=False)  # fmt: skip
-    assert history.steps == measured == [10, 20]
-    assert history.train_accuracy[-1] > history.train_accuracy[0] + 0.1, history.train_accuracy
-
-    passed, answers = pass_at_1(learner, tokenizer, QUESTIONS, exact_reward, max_new_tokens=4)
-    assert 0 <= passed <= len(QUESTIONS) and len(answers) == len(QUESTIONS)
-    with pytest.raises(ValueError, match="needs a frozen reference"):
-        train_grpo(learner, tokenizer, QUESTIONS, exact_reward, config, GRPOConfig(beta=0.1), progress=False)
+def test_bad_tasks_are_refused(adder):
+    with pytest.raises(ValueError, match="no prompts"):
+        sample_answers(adder, TASK, [], 4)
+    with pytest.raises(ValueError, match="does not fit the context of 16"):
+        sample_answers(adder, RewardTask(addition_reward, TOKENIZER, END, max_new_tokens=12), PROMPTS, 4)
+    with pytest.raises(ValueError, match="held-out prompts are also training prompts"):
+        check_held_out(["1+2=", "3+4="], ["5+6=", "3+4="])
+    config = FineTuneConfig(epochs=1, batch_size=2, eval_every=1)
+    with pytest.raises(ValueError, match="held-out prompts are also training prompts"):
+        train_grpo(adder, TASK, PROMPTS, config, GRPOConfig(), val_prompts=PROMPTS[:1], progress=False)
+    with pytest.raises(ValueError, match="no prompts"):
+        train_expert_iteration(adder, TASK, [], config, SamplingConfig(), progress=False)
     with pytest.raises(ValueError, match="group_size must be at least 2"):
         GRPOConfig(group_size=1)
+    with pytest.raises(ValueError, match="needs a frozen reference"):
+        train_grpo(adder, TASK, PROMPTS, config, GRPOConfig(beta=0.1), progress=False)
 
 
-def test_train_grpo_with_a_kl_leash_stays_nearer_the_reference(tiny_gpt):
+def test_scores_pass_at_k_by_hand():
+    # 3 problems, 4 samples each: 0, 1 and 4 of them right
+    sampled = torch.tensor([[0.0, 0, 0, 0], [0, 1, 0, 0], [1, 1, 1, 1]])
+    scores = Scores(torch.tensor([0.0, 1.0, 1.0]), ["9", "28", "4"], sampled)
+    assert scores.right == 2 and scores.n == 3 and scores.solved_within() == 2
+    assert math.isclose(scores.pass_at(1), (0 + 1 / 4 + 1) / 3)
+    assert math.isclose(scores.pass_at(2), (0 + (1 - math.comb(3, 2) / math.comb(4, 2)) + 1) / 3)  # 1 - 3/6
+    assert math.isclose(scores.pass_at(4), 2 / 3)
+    mean, (low, high) = scores.sampled_pass_at_1()
+    assert math.isclose(mean, 1.25 / 3) and low < mean < high
+    assert math.isclose(scores.mean_length(), 4 / 3)
+    with pytest.raises(ValueError, match="between 1 and the 4 samples"):
+        scores.pass_at(5)
+
+
+def test_score_is_seeded_and_counts_greedy_answers(adder):
+    first, again = score(adder, TASK, PROMPTS, group_size=4), score(adder, TASK, PROMPTS, group_size=4)
+    assert torch.equal(first.sampled, again.sampled) and first.answers == again.answers
+    assert first.right == sum(addition_reward(p, a) for p, a in zip(PROMPTS, first.answers))
+    assert first.sampled.shape == (4, 4)
+
+
+def test_right_wrong_pairs():
+    from course_lib.rl import Samples
+
+    ids = [TOKENIZER.encode(p) for p in PROMPTS[:2]]
+    completions = [[[1], [2], [3]], [[4], [5], [6]]]
+    samples = Samples(PROMPTS[:2], ids, completions, [["a"] * 3] * 2, torch.tensor([[0.0, 1.0, 1.0], [0.0, 0.0, 0.0]]))
+    pairs = right_wrong_pairs(samples)
+    assert pairs == [((ids[0] + [2], len(ids[0])), (ids[0] + [1], len(ids[0])))]  # first right, first wrong
+    assert samples.zero_contrast() == 0.5
+
+
+def test_kept_answers_loss_is_the_mean_cross_entropy_of_the_kept_tokens():
+    logps = torch.log(torch.tensor([[0.5, 0.25, 1.0], [0.1, 0.1, 0.1]]))
+    mask = torch.tensor([[True, True, False], [True, True, True]])
+    loss = kept_answers_loss(logps, mask, torch.tensor([True, False]))
+    assert math.isclose(loss.item(), (math.log(2) + math.log(4)) / 2, rel_tol=1e-6)
+    nothing = kept_answers_loss(logps.requires_grad_(), mask, torch.tensor([False, False]))
+    nothing.backward()
+    assert nothing.item() == 0.0 and torch.equal(logps.grad, torch.zeros(2, 3))
+
+
+# -- training on any task: GRPO and expert iteration -------------------------------------------------
+
+
+def first_digit_is_one(prompt, answer):
+    """A toy reward any random model can earn sometimes: the answer starts with 1."""
+    return 1.0 if answer.startswith("1") else 0.0
+
+
+TOY = RewardTask(first_digit_is_one, TOKENIZER, END, max_new_tokens=3)
+TRAIN = addition_problems(max_operand=9).train[:16]
+VAL = addition_problems(max_operand=9).val
+
+
+def test_train_grpo_learns_a_reward_and_constant_rewards_change_nothing(adder, same_weights):
     import copy
 
-    reference, tokenizer = tiny_gpt(0, vocab_size=32, context_length=48), Letters()
-    config = FineTuneConfig(epochs=5, batch_size=2, lr=1e-2, warmup_steps=1, weight_decay=0.0, eval_every=10)
+    config = FineTuneConfig(epochs=8, batch_size=4, lr=1e-2, warmup_steps=1, weight_decay=0.0, eval_every=16)
+    still = copy.deepcopy(adder)  # a constant reward: every advantage is 0, so no weight moves
+    history = train_grpo(still, RewardTask(lambda p, a: 1.0, TOKENIZER, END, 3), TRAIN, config, GRPOConfig(),
+                         progress=False)  # fmt: skip
+    assert same_weights(still, adder) and history.train_loss == [0.0, 0.0]
+    assert history.zero_contrast == [1.0] * 32
+
+    learner = copy.deepcopy(adder)
+    history = train_grpo(learner, TOY, TRAIN, config, GRPOConfig(), val_prompts=VAL, progress=False)
+    assert history.steps == [16, 32] and len(history.step_reward) == 32 and len(history.val_accuracy) == 2
+    assert history.train_accuracy[-1] > history.train_accuracy[0] + 0.2, history.train_accuracy
+
+
+def test_expert_iteration_learns_from_its_right_answers(adder):
+    import copy
+
+    config = FineTuneConfig(epochs=8, batch_size=4, lr=1e-2, warmup_steps=1, weight_decay=0.0, eval_every=16)
+    learner = copy.deepcopy(adder)
+    history = train_expert_iteration(learner, TOY, TRAIN, config, SamplingConfig(), progress=False)
+    assert history.train_accuracy[-1] > history.train_accuracy[0] + 0.2, history.train_accuracy
+    assert all(loss >= 0 for loss in history.train_loss)  # a cross-entropy
+
+
+def test_train_grpo_with_a_kl_leash_stays_nearer_the_reference(adder):
+    import copy
+
+    config = FineTuneConfig(epochs=4, batch_size=4, lr=1e-2, warmup_steps=1, weight_decay=0.0, eval_every=16)
     drift = {}
     for beta in (0.0, 1.0):
-        model = copy.deepcopy(reference)
-        grpo = GRPOConfig(group_size=8, max_new_tokens=6, beta=beta)
-        train_grpo(model, tokenizer, QUESTIONS, share_of_a, config, grpo, reference=reference, progress=False)
-        drift[beta] = sum((p - q).norm() ** 2 for p, q in zip(model.parameters(), reference.parameters())).item()
+        model = copy.deepcopy(adder)
+        train_grpo(model, TOY, TRAIN, config, GRPOConfig(beta=beta), reference=adder, progress=False)
+        drift[beta] = sum((p - q).norm() ** 2 for p, q in zip(model.parameters(), adder.parameters())).item()
     assert drift[1.0] < drift[0.0]
 
 
-def test_sampled_rewards_score_each_sample_of_each_question(small):
-    model, tokenizer = small
-    questions = [{"instruction": "Hi.", "input": "", "output": "x"}, {"instruction": "Yo.", "input": "", "output": "y"}]
-    seen = []
+def test_nothing_is_built_off_the_models_device(adder):
+    """A model on the meta device fails at the first tensor built elsewhere: sampling and the losses
+    must build theirs on the model's device (a CPU hides that bug; a GPU would not)."""
+    from course_lib.preference import token_logprobs
 
-    def reward(text, example):
-        seen.append((text, example["output"]))
-        return float(len(seen) % 2)
-
-    got = sampled_rewards(model, tokenizer, questions, reward, 3, 4, generator=torch.Generator().manual_seed(0))
-    assert got.shape == (2, 3) and got.flatten().tolist() == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
-    assert [o for _, o in seen] == ["x"] * 3 + ["y"] * 3  # each question's samples scored against it
-    again = sampled_rewards(model, tokenizer, questions, exact_reward, 3, 4, generator=torch.Generator().manual_seed(0))
-    first = sampled_rewards(model, tokenizer, questions, exact_reward, 3, 4, generator=torch.Generator().manual_seed(0))
-    assert torch.equal(again, first)  # seeded
-    with pytest.raises(ValueError, match="at least one question"):
-        sampled_rewards(model, tokenizer, [], exact_reward)
+    meta = adder.to("meta")
+    rows = [(TOKENIZER.encode("1+2=3\n"), 4), (TOKENIZER.encode("9+9=81\n"), 4)]
+    logps, mask = token_logprobs(meta, rows, END, 16)
+    assert logps.device.type == "meta" and mask.device.type == "meta"
+    loss = kept_answers_loss(logps, mask, torch.tensor([True, False], device="meta"))
+    assert loss.device.type == "meta"
