@@ -513,7 +513,7 @@ def test_exceptions_in_student_code_are_explained():
 
 
 def test_unknown_exercise_lists_the_known_ones():
-    with pytest.raises(KeyError, match="known exercises: attention, bigram-counts"):
+    with pytest.raises(KeyError, match="known exercises: addition-checker, attention, bigram-counts"):
         check("no-such-exercise", lambda: None)
 
 
