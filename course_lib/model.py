@@ -203,8 +203,9 @@ class GPT(nn.Module):
         if self.config.positional == "learned":
             x = x + self.transformer.wpe(T, offset)  # (T, C) broadcast over the batch
         elif self.config.positional == "sinusoidal":
-            # As in the original transformer, scale the embeddings by sqrt(d) so the fixed
-            # encoding (entries of size ~1) does not drown them.
+            # As in the original transformer (whose paper gives no reason), scale the embeddings
+            # by sqrt(d). With the N(0, 0.02) initialisation the encoding still starts about four
+            # times larger at d = 64 (RMS 0.71 against 0.16): notebook 06 measures it.
             x = x * math.sqrt(self.config.d_model) + sinusoidal_encoding(T, self.config.d_model, offset=offset).to(
                 x.device, x.dtype
             )
