@@ -204,7 +204,7 @@ class GPT(nn.Module):
             x = x + self.transformer.wpe(T, offset)  # (T, C) broadcast over the batch
         elif self.config.positional == "sinusoidal":
             # As in the original transformer (whose paper gives no reason), scale the embeddings
-            # by sqrt(d). With the N(0, 0.02) initialisation the encoding still starts about four
+            # by sqrt(d). With the N(0, 0.02) initialisation the encoding still starts about 4.5
             # times larger at d = 64 (RMS 0.71 against 0.16): notebook 06 measures it.
             x = x * math.sqrt(self.config.d_model) + sinusoidal_encoding(T, self.config.d_model, offset=offset).to(
                 x.device, x.dtype
