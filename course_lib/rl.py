@@ -319,11 +319,12 @@ class GRPOConfig(SamplingConfig):
 @dataclass
 class RLHistory(History):
     """A :class:`~course_lib.training.History` plus, at every step, the mean reward of the
-    sampled answers and the share of groups with no contrast; ``val_accuracy`` is the greedy
-    pass@1 on the validation prompts at each evaluation."""
+    sampled answers, the share of groups with no contrast, and the share whose answers were all
+    right; ``val_accuracy`` is the greedy pass@1 on the validation prompts at each evaluation."""
 
     step_reward: list[float] = field(default_factory=list)
     zero_contrast: list[float] = field(default_factory=list)
+    all_right: list[float] = field(default_factory=list)
 
 
 def _learn_from_samples(
@@ -353,6 +354,7 @@ def _learn_from_samples(
         loss = loss_of(samples, logps, mask)
         history.step_reward.append(samples.rewards.mean().item())
         history.zero_contrast.append(samples.zero_contrast())
+        history.all_right.append((samples.rewards >= task.solved_at).all(dim=1).float().mean().item())
         losses.append(loss.item())
         return loss
 
@@ -382,7 +384,7 @@ def train_grpo(
 ) -> RLHistory:
     """Train ``model`` by GRPO on ``prompts``: each step samples ``grpo.group_size`` answers to
     each of ``config.batch_size`` prompts, scores them, and takes one step on :func:`grpo_loss`
-    (so ρ = 1 and clipping acts only through its gradient, as in TRL with one iteration per batch).
+    (one step per batch of samples, as TRL by default: ρ = 1, so the clip never acts here).
     Dropout is switched off. ``reference``: the frozen model of the KL term (needed when β > 0)."""
     if grpo.beta > 0 and reference is None:
         raise ValueError("beta > 0 needs a frozen reference model")

@@ -340,11 +340,12 @@ def test_train_grpo_learns_a_reward_and_constant_rewards_change_nothing(adder, s
     history = train_grpo(still, RewardTask(lambda p, a: 1.0, TOKENIZER, END, 3), TRAIN, config, GRPOConfig(),
                          progress=False)  # fmt: skip
     assert same_weights(still, adder) and history.train_loss == [0.0, 0.0]
-    assert history.zero_contrast == [1.0] * 32
+    assert history.zero_contrast == [1.0] * 32 and history.all_right == [1.0] * 32
 
     learner = copy.deepcopy(adder)
     history = train_grpo(learner, TOY, TRAIN, config, GRPOConfig(), val_prompts=VAL, progress=False)
     assert history.steps == [16, 32] and len(history.step_reward) == 32 and len(history.val_accuracy) == 2
+    assert all(0 <= right <= same <= 1 for right, same in zip(history.all_right, history.zero_contrast))
     assert history.train_accuracy[-1] > history.train_accuracy[0] + 0.2, history.train_accuracy
 
 
