@@ -564,14 +564,13 @@ MISTAKES["group-advantages"] = [
 ]
 
 
-def addition_checker(prompt, answer):
-    a, b = prompt.rstrip("=").split("+")
-    return 1.0 if answer.strip() == str(int(a) + int(b))[::-1] else 0.0
-
-
 def _reversed_sum(prompt):
     a, b = prompt.rstrip("=").split("+")
     return str(int(a) + int(b))[::-1]
+
+
+def addition_checker(prompt, answer):
+    return 1.0 if answer.strip() == _reversed_sum(prompt) else 0.0
 
 
 SOLUTIONS["addition-checker"] = addition_checker
