@@ -2,18 +2,41 @@
 
 Every function draws into a matplotlib ``Axes`` (a new figure if none is given) or returns
 HTML, and never writes a file: ``scripts/make_figures.py`` saves the static diagrams.
+
+Every figure a notebook shows goes through :func:`show`, which attaches a text description
+(the finding, then what is plotted, read from the figure) that the slide decks put in the
+image's ``alt``; :func:`use_course_style` makes the default colours colour-blind safe and
+tells lines apart by dash and marker too, so a figure also reads in greyscale.
 """
 
 from __future__ import annotations
 
+import base64
 import html
+import io
 import math
 from collections.abc import Sequence
 
+import matplotlib as mpl
 import matplotlib.pyplot as plt
 import torch
+from cycler import cycler
 from matplotlib.axes import Axes
+from matplotlib.container import BarContainer, ErrorbarContainer
+from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
+
+OKABE_ITO = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#000000", "#E69F00", "#56B4E9"]
+"""Okabe & Ito's colour-blind-safe colours (yellow left out: too pale on white), darkest
+first: the first five have at least 3:1 contrast on white, WCAG's bar for graphics."""
+DASHES = ["-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (8, 2)), (0, (1, 3))]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
+LINE_CYCLE = cycler(color=OKABE_ITO) + cycler(linestyle=DASHES) + cycler(marker=MARKERS)
+"""The n-th line differs from the others in colour, dash and marker at once."""
+COLORMAP = "cividis"
+"""Default for images: lightness rises steadily, so it reads in greyscale and for every
+common colour-vision deficiency."""
+PLACEHOLDER = "No description has been provided for this image"  # nbconvert's, never ours
 
 PALETTE = ["#fde68a", "#bfdbfe", "#bbf7d0", "#fecaca", "#ddd6fe", "#fed7aa", "#a5f3fc", "#f5d0fe"]
 """Light background colours, one per token in turn, so neighbouring tokens differ."""
@@ -386,9 +409,125 @@ def plot_curves(
     if ax is None:
         _, ax = plt.subplots(figsize=(5.5, 3.4))
     for label, values in curves.items():
-        ax.plot(steps, values, "o-", label=label)
+        ax.plot(steps, values, label=label)  # colour, dash and marker from the course cycle
     if baseline is not None:
         ax.axhline(baseline, color="gray", ls="--", label="majority class")
     ax.set(xlabel="step", ylabel=ylabel)
     ax.legend(fontsize=8)
     return ax
+
+
+# ----------------------------------------------------------------------------------------
+# Accessible figures: colours for every vision, and a description for every image
+# ----------------------------------------------------------------------------------------
+
+
+def use_course_style() -> None:
+    """Colour-blind-safe defaults for every later figure (notebooks get them from
+    ``runtime.start``): Okabe-Ito lines that also differ by dash and marker, cividis images."""
+    mpl.rcParams.update({"axes.prop_cycle": LINE_CYCLE, "image.cmap": COLORMAP, "lines.markersize": 5})
+
+
+def lightness(color) -> float:
+    """CIE L* (0 black .. 100 white) of a matplotlib colour: what is left in greyscale."""
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in mpl.colors.to_rgb(color)]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    return 116 * luminance ** (1 / 3) - 16 if luminance > 0.008856 else 903.3 * luminance
+
+
+def _number(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _describe_axes(ax: Axes) -> str:
+    """One panel in words: its kind and title, its axes, and the values or series it shows."""
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    errorbars = any(isinstance(c, ErrorbarContainer) for c in ax.containers)
+    kind = ("colour grid" if ax.images else "bar chart" if bars else "points with error bars" if errorbars
+            else "line chart" if ax.get_lines() else "diagram")  # fmt: skip
+    title = ax.get_title() or ax.get_title("left")
+    text = kind + (f" '{title}'" if title else "")
+
+    def label(axis, name: str) -> str:
+        return name + (" (log scale)" if name and axis.get_scale() == "log" else "")
+
+    x, y = label(ax.xaxis, ax.get_xlabel()), label(ax.yaxis, ax.get_ylabel())
+    if ax.images:
+        image = ax.images[0]
+        rows, cols = image.get_array().shape[:2]
+        low, high = image.get_clim()
+        ends = ("light", "dark") if lightness(image.cmap(0.0)) > lightness(image.cmap(1.0)) else ("dark", "light")
+        text += f": {rows} by {cols}" + (f", rows: {y}" if y else "") + (f", columns: {x}" if x else "")
+        text += f"; values from {_number(low)} ({ends[0]}) to {_number(high)} ({ends[1]})"
+    elif y and x:
+        text += f": {y} against {x}"
+    elif y:
+        text += f": {y}"
+    if bars:
+        ticks = {round(t.get_position()[0], 6): t.get_text() for t in ax.get_xticklabels()}  # at a bar's centre
+        centres = [round(patch.get_x() + patch.get_width() / 2, 6) for patch in bars[0]]
+        pairs = [f"{ticks.get(x, '')} {_number(patch.get_height())}".strip() for x, patch in zip(centres, bars[0])]
+        text += "; bars: " + ", ".join(pairs[:12]) + (f" and {len(pairs) - 12} more" if len(pairs) > 12 else "")
+    labels = [name for name in ax.get_legend_handles_labels()[1] if not name.startswith("_")]
+    if labels:
+        text += "; series: " + ", ".join(labels)
+    return text
+
+
+def describe_figure(fig: Figure) -> str:
+    """What a figure plots, read from it: each panel's title, kind, axes and series (colour
+    bars left out: their range is stated with the grid they belong to)."""
+    fig.draw_without_rendering()  # tick labels (bar categories) exist only once drawn
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    described = [_describe_axes(ax) for ax in panels]
+    if len(described) == 1:
+        return described[0][:1].upper() + described[0][1:] + "."
+    return f"{len(described)} panels, left to right: " + " ".join(f"({k}) {d}." for k, d in enumerate(described, 1))
+
+
+def figure_alt(fig: Figure, finding: str) -> str:
+    """The image description: the finding (written by the author, with its numbers), then
+    what is plotted (read from the figure)."""
+    finding = finding.strip()
+    if not finding or finding == PLACEHOLDER:
+        raise ValueError("a figure needs a finding: one sentence saying what it shows")
+    return finding.rstrip(".") + ". " + describe_figure(fig)
+
+
+def _space_markers(fig: Figure) -> None:
+    """A marker on every tenth point of a dense line: markers name the line, not its points."""
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            if line.get_marker() not in ("None", "", None, " ") and len(line.get_xdata()) > 30:
+                line.set_markevery(max(1, len(line.get_xdata()) // 10))
+
+
+def figure_png(fig: Figure) -> bytes:
+    """The figure as PNG bytes, as the notebook's inline backend would draw it (no version
+    stamp, so a re-run that draws the same picture stores the same bytes)."""
+    _space_markers(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight", facecolor="white", metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def show(finding: str, fig: Figure | None = None) -> None:
+    """Display ``fig`` (the current figure) in the notebook with its description, then close
+    it. The description travels in the output's metadata (``image/png`` → ``alt``), where the
+    slide decks read it; JupyterLab 4 does not show alt text for image outputs."""
+    from IPython.display import display
+
+    fig = fig or plt.gcf()
+    alt = figure_alt(fig, finding)
+    png = base64.b64encode(figure_png(fig)).decode("ascii")
+    display({"image/png": png}, raw=True, metadata={"image/png": {"alt": alt}})
+    plt.close(fig)
+
+
+def figure_html(fig: Figure, finding: str) -> str:
+    """The figure as an ``<img>`` with its description in ``alt``, for widgets (an HTML view
+    carries alt text in JupyterLab and in the decks alike); the figure is closed."""
+    alt = figure_alt(fig, finding)
+    png = base64.b64encode(figure_png(fig)).decode("ascii")
+    plt.close(fig)
+    return f'<img src="data:image/png;base64,{png}" alt="{html.escape(alt)}" style="max-width:100%">'

@@ -147,7 +147,11 @@ def configure_threads() -> int:
 
 
 def start(seed: int = 1337) -> None:
-    """Set up a notebook: threads, seeds, and one line saying what was chosen."""
+    """Set up a notebook: threads, seeds, the course's colour-blind-safe plot style, and one
+    line saying what was chosen."""
+    from .plotting import use_course_style  # matplotlib only where a notebook starts
+
+    use_course_style()
     threads = configure_threads()
     seed_everything(seed)
     print(

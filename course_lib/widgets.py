@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from .ngram import NGramLanguageModel
-from .plotting import compare_tokenizers_html, draw_sliding_windows
+from .plotting import compare_tokenizers_html, draw_sliding_windows, figure_html
 from .runtime import model_device
 
 
@@ -30,16 +30,18 @@ def window_explorer(tokens: Sequence[str], max_context: int = 8) -> widgets.VBox
     """Move the context-length and stride sliders and watch the training windows change."""
     context = widgets.IntSlider(value=4, min=1, max=max_context, description="context")
     stride = widgets.IntSlider(value=4, min=1, max=max_context, description="stride")
-    out = widgets.Output()
+    out = widgets.HTML()
 
     def draw(_=None) -> None:
-        with out:
-            out.clear_output(wait=True)
-            if len(tokens) < context.value + 1:
-                print(f"need at least {context.value + 1} tokens for one window")
-                return
-            draw_sliding_windows(tokens, context.value, stride.value)
-            plt.show()
+        if len(tokens) < context.value + 1:
+            out.value = f"<p>need at least {context.value + 1} tokens for one window</p>"
+            return
+        ax = draw_sliding_windows(tokens, context.value, stride.value)
+        finding = (
+            f"Context length {context.value} and stride {stride.value}: each target row is its "
+            f"input row shifted one token to the right"
+        )
+        out.value = figure_html(ax.figure, finding)
 
     context.observe(draw, names="value")
     stride.observe(draw, names="value")
@@ -83,20 +85,20 @@ def attention_explorer(
     sentence = widgets.Dropdown(options=list(sentences), description="sentence", layout=widgets.Layout(width="60%"))
     head = widgets.IntSlider(value=0, min=0, max=n_heads - 1, description="head")
     causal = widgets.Checkbox(value=True, description="causal mask")
-    out = widgets.Output()
+    out = widgets.HTML()
 
     def draw(_=None) -> None:
         tokens, weights = attend(sentence.value, causal.value)
-        with out:
-            out.clear_output(wait=True)
-            _, ax = plt.subplots(figsize=(0.5 * len(tokens) + 2.5, 0.45 * len(tokens) + 1.5))
-            plot_attention(
-                weights[head.value],
-                tokens,
-                title=f"head {head.value}, {'causal' if causal.value else 'bidirectional'}",
-                ax=ax,
-            )
-            plt.show()
+        shown = weights[head.value]  # (T, T)
+        _, ax = plt.subplots(figsize=(0.5 * len(tokens) + 2.5, 0.45 * len(tokens) + 1.5))
+        mode = "causal" if causal.value else "bidirectional"
+        plot_attention(shown, tokens, title=f"head {head.value}, {mode}", ax=ax)
+        row, col = divmod(int(shown.argmax()), shown.shape[1])
+        finding = (
+            f"Head {head.value}: the strongest weight, {shown[row, col]:.2f}, is from {tokens[row]!r} "
+            f"to {tokens[col]!r}"
+        )
+        out.value = figure_html(ax.figure, finding)
 
     for w in (sentence, head, causal):
         w.observe(draw, names="value")
@@ -112,14 +114,14 @@ def sampling_explorer(
     Bars show the 15 most likely next tokens; grey ones are removed by top-k / top-p.
     """
     from .generation import generate, next_token_probs
-    from .plotting import visible
+    from .plotting import OKABE_ITO, visible
 
     text = widgets.Text(value=prompt, description="prompt", layout=widgets.Layout(width="60%"))
     temperature = widgets.FloatSlider(value=1.0, min=0.1, max=2.0, step=0.1, description="temperature")
     top_k = widgets.IntSlider(value=0, min=0, max=50, description="top-k (0: off)")
     top_p = widgets.FloatSlider(value=1.0, min=0.05, max=1.0, step=0.05, description="top-p")
     seed = widgets.IntSlider(value=0, min=0, max=20, description="seed")
-    out = widgets.Output()
+    out = widgets.HTML()
     sample = widgets.HTML()
     device = model_device(model)
 
@@ -132,19 +134,19 @@ def sampling_explorer(
         kept = next_token_probs(model, ids, **options)  # (V,) after
         top = torch.topk(plain, 15)
         labels = [visible(tokenizer.decode([i])) for i in top.indices.tolist()]
-        colors = ["tab:blue" if kept[i] > 0 else "lightgrey" for i in top.indices.tolist()]
-        with out:
-            out.clear_output(wait=True)
-            _, ax = plt.subplots(figsize=(9, 3))
-            ax.bar(range(15), kept[top.indices].tolist(), color=colors)
-            ax.bar(range(15), top.values.tolist(), fill=False, edgecolor="grey", linewidth=0.8)
-            ax.set_xticks(range(15), labels, rotation=45, ha="right", fontfamily="monospace")
-            ax.set_ylabel("probability")
-            ax.set_title(
-                f"next token: {int((kept > 0).sum())} of {len(kept)} tokens can be drawn (outline: before filtering)"
-            )
-            plt.tight_layout()
-            plt.show()
+        n_kept = int((kept > 0).sum())
+        _, ax = plt.subplots(figsize=(9, 3))
+        ax.bar(range(15), kept[top.indices].tolist(), color=OKABE_ITO[0])  # removed tokens: height 0
+        ax.bar(range(15), top.values.tolist(), fill=False, edgecolor="grey", linewidth=0.8)
+        ax.set_xticks(range(15), labels, rotation=45, ha="right", fontfamily="monospace")
+        ax.set_ylabel("probability")
+        ax.set_title(f"next token: {n_kept} of {len(kept)} tokens can be drawn (outline: before filtering)")
+        plt.tight_layout()
+        finding = (
+            f"After filtering, {n_kept} of {len(kept)} tokens can be drawn; the most likely, "
+            f"{labels[0]!r}, has probability {kept[top.indices[0]]:.2f} (before: {top.values[0]:.2f})"
+        )
+        out.value = figure_html(ax.figure, finding)
         out_ids = generate(
             model, ids[None], 40, generator=torch.Generator().manual_seed(seed.value), eos_id=eos_id, **options
         )
@@ -177,8 +179,11 @@ class ChatWidget:
         self.chat, self.background = chat, background
         self.history = widgets.HTML(layout=widgets.Layout(width="95%"))
         self.current = widgets.HTML(layout=widgets.Layout(width="95%"))
-        self.input = widgets.Textarea(
-            placeholder="Type a message, then Send", layout=widgets.Layout(width="95%", height="60px")
+        self.input = widgets.Textarea(  # a visible label, which screen readers announce too
+            description="Message",
+            placeholder="Type a message, then Send",
+            layout=widgets.Layout(width="95%", height="60px"),
+            style={"description_width": "initial"},
         )
         # no icons: they need Font Awesome's font files, which the offline decks do not ship
         self.send_button = widgets.Button(description="Send", button_style="primary")

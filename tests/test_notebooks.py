@@ -64,6 +64,22 @@ def test_only_relative_links_to_images_that_exist(nb):
             assert (ROOT / "notebooks" / link).resolve().is_file(), f"missing image: {link}"
 
 
+def test_every_image_says_what_it_shows(nb):
+    """A figure reaches a screen reader only through its description: plots carry it in the
+    output's metadata (``course_lib.plotting.show``), markdown images in their alt text."""
+    placeholder = "No description has been provided for this image"
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for alt in re.findall(r"!\[([^\]]*)\]", cell.source):
+                assert len(alt.split()) >= 4 and alt != placeholder, f"an image without a description: {alt!r}"
+            continue
+        assert "plt.show()" not in cell.source, "show a figure with course_lib.plotting.show(finding)"
+        for output in cell.outputs:
+            if "image/png" in output.get("data", {}):
+                alt = output.metadata.get("image/png", {}).get("alt", "")
+                assert len(alt.split()) >= 8 and placeholder not in alt, cell.source[:80]
+
+
 def test_varying_outputs_are_followed_by_an_assertion(nb):
     cells = nb.cells
     for k, cell in enumerate(cells):

@@ -45,3 +45,149 @@ def test_diagrams_draw_without_error():
     plotting.draw_next_token_prediction(["The", " cat"], {" sat": 0.6, " is": 0.3, " ran": 0.1})
     widgets.window_explorer(list("abcdefgh"))
     plt.close("all")
+
+
+# ----------------------------------------------------------------------------------------
+# Accessible figures: a description for every image, colours for every vision
+# ----------------------------------------------------------------------------------------
+
+import base64  # noqa: E402
+import itertools  # noqa: E402
+
+import pytest  # noqa: E402
+from matplotlib.colors import to_rgb  # noqa: E402
+
+# Machado, Oliveira & Fernandes (2009), severity 1: how a linear-RGB colour looks to a viewer
+# missing one kind of cone; the three common colour-vision deficiencies.
+DEFICIENCIES = {
+    "protanopia": [[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216], [-0.003882, -0.048116, 1.051998]],
+    "deuteranopia": [[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413], [-0.011820, 0.042940, 0.968881]],
+    "tritanopia": [[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602], [0.004733, 0.691367, 0.303900]],
+    "normal vision": [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+}
+
+
+SRGB_TO_XYZ = [[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]
+WHITE = [0.95047, 1.0, 1.08883]  # D65, the white CIELAB is measured from
+
+
+def as_seen(color, matrix) -> torch.Tensor:
+    """CIELAB (L*, a*, b*) of ``color`` as seen through a deficiency's matrix."""
+    c = torch.tensor(to_rgb(color), dtype=torch.float64)
+    linear = torch.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    linear = (torch.tensor(matrix, dtype=torch.float64) @ linear).clamp(0, 1)
+    xyz = torch.tensor(SRGB_TO_XYZ, dtype=torch.float64) @ linear / torch.tensor(WHITE, dtype=torch.float64)
+    f = torch.where(xyz > 0.008856, xyz.pow(1 / 3), 7.787 * xyz + 16 / 116)
+    return torch.stack([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def closest_pair(colors, matrix) -> float:
+    """The smallest colour difference (CIE76 ΔE; about 2.3 is just noticeable) between any two."""
+    seen = [as_seen(c, matrix) for c in colors]
+    return min((a - b).norm().item() for a, b in itertools.combinations(seen, 2))
+
+
+@pytest.mark.parametrize("deficiency", DEFICIENCIES)
+def test_the_line_colours_stay_apart_for_every_colour_vision(deficiency):
+    matrix = DEFICIENCIES[deficiency]
+    assert closest_pair(plotting.OKABE_ITO, matrix) > 12
+    # the test can fail: matplotlib's default colours merge for protanopes and deuteranopes
+    if deficiency in ("protanopia", "deuteranopia"):
+        assert closest_pair([f"C{i}" for i in range(7)], matrix) < 8
+
+
+def test_lines_differ_in_dash_and_marker_too_so_greyscale_reads():
+    plotting.use_course_style()
+    styles = list(matplotlib.rcParams["axes.prop_cycle"])
+    assert len(styles) == len(plotting.OKABE_ITO)
+    for key in ("color", "linestyle", "marker"):
+        assert len({str(s[key]) for s in styles}) == len(styles), f"two lines share a {key}"
+    # the first five are dark enough on white for graphics (WCAG 2.1 non-text contrast, 3:1)
+    for color in plotting.OKABE_ITO[:5]:
+        linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in to_rgb(color)]
+        luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+        assert 1.05 / (luminance + 0.05) >= 3, color
+    _, ax = plt.subplots()
+    first, second = ax.plot([0, 1, 2], [0, 1, 2]), ax.plot([0, 1, 2], [1, 2, 3])
+    assert first[0].get_linestyle() != second[0].get_linestyle() and first[0].get_marker() != second[0].get_marker()
+    plt.close("all")
+
+
+@pytest.mark.parametrize("cmap", [plotting.COLORMAP, "Blues", "Purples", "Blues_r"])
+def test_the_course_colour_maps_read_in_greyscale(cmap):
+    """Lightness rises (or falls) steadily along the map: a grey copy still orders the values."""
+    colors = matplotlib.colormaps[cmap](torch.linspace(0, 1, 64).numpy())
+    steps = torch.diff(torch.tensor([plotting.lightness(c) for c in colors]))
+    assert (steps > 0).all() or (steps < 0).all()
+    assert not (
+        (
+            torch.diff(
+                torch.tensor(
+                    [plotting.lightness(c) for c in matplotlib.colormaps["RdBu"](torch.linspace(0, 1, 64).numpy())]
+                )
+            )
+            > 0
+        ).all()
+    )
+
+
+def test_a_figure_is_described_from_what_it_plots():
+    plotting.use_course_style()
+    _, ax = plt.subplots()
+    ax.plot([1, 2, 3, 4], [3.0, 2.0, 1.5, 1.2], label="train")
+    ax.plot([1, 2, 3, 4], [3.1, 2.4, 2.0, 1.9], label="validation")
+    ax.set(xlabel="step", ylabel="loss", title="training")
+    ax.set_yscale("log")
+    ax.legend()
+    alt = plotting.figure_alt(ax.figure, "Validation loss falls from 3.1 to 1.9")
+    assert alt == ("Validation loss falls from 3.1 to 1.9. Line chart 'training': loss (log scale) against step; "
+                   "series: train, validation.")  # fmt: skip
+    ax = plotting.plot_bars({"characters": 1.0, "GPT-2": 2.75}, title="chars per token", ylabel="chars / token")
+    assert "Bar chart 'chars per token': chars / token; bars: characters 1, GPT-2 2.75." in plotting.describe_figure(
+        ax.figure
+    )
+    _, axes = plt.subplots(1, 2)
+    plotting.plot_attention(torch.tensor([[1.0, 0.0], [0.25, 0.75]]), ["a", "b"], ax=axes[0])
+    axes[1].bar([0, 1], [2, 3])
+    described = plotting.describe_figure(axes[0].figure)  # the colour bar is no panel of its own
+    assert described.startswith("2 panels, left to right: (1) colour grid: 2 by 2, rows: token (query), ")
+    assert "values from 0 (light) to 1 (dark). (2) bar chart; bars: 0.0 2, 1.0 3." in described  # x: height
+    plt.close("all")
+
+
+@pytest.mark.parametrize("finding", ["", "  ", plotting.PLACEHOLDER])
+def test_a_figure_without_a_finding_is_refused(finding):
+    _, ax = plt.subplots()
+    with pytest.raises(ValueError, match="needs a finding"):
+        plotting.figure_alt(ax.figure, finding)
+    plt.close("all")
+
+
+def test_show_displays_the_png_with_its_description_and_closes_the_figure(monkeypatch):
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: shown.append((a, k)))
+    fig, ax = plt.subplots()
+    ax.plot(range(100), [i * i for i in range(100)])
+    plotting.show("A parabola", fig)
+    ((data,), options) = shown[0]
+    assert base64.b64decode(data["image/png"]).startswith(b"\x89PNG") and options["raw"] is True
+    assert options["metadata"]["image/png"]["alt"] == "A parabola. Line chart."
+    assert not plt.fignum_exists(fig.number)
+    assert ax.get_lines()[0].get_markevery() == 10  # a dense line: a marker every tenth point
+    # the same picture gives the same bytes (no version stamp): stored outputs stay put
+    again = []
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: again.append(a[0]["image/png"]))
+    fig, ax = plt.subplots()
+    ax.plot(range(100), [i * i for i in range(100)])
+    plotting.show("A parabola", fig)
+    assert again[0] == data["image/png"]
+
+
+def test_figure_html_carries_the_description_escaped():
+    _, ax = plt.subplots()
+    ax.set_title("<x> & y")
+    html = plotting.figure_html(ax.figure, 'Nothing "plotted"')
+    assert html.startswith('<img src="data:image/png;base64,')
+    assert 'alt="Nothing &quot;plotted&quot;. Diagram &#x27;&lt;x&gt; &amp; y&#x27;."' in html

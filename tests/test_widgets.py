@@ -134,3 +134,45 @@ def test_the_stop_button_ends_a_reply_being_written():
     view.stop_button.click()
     view.join(timeout=10)
     assert not view.thread.is_alive() and "(stopped)" in view.speed.value
+
+
+def test_every_control_is_labelled_and_every_plot_described(course_gpt2):
+    """Screen readers name a control by its label (``description``; a button by its text); a
+    plot in an explorer is an <img> with its description in alt (an Output's image has none)."""
+    import ipywidgets
+
+    from course_lib.chat import Chat
+    from course_lib.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=course_gpt2.vocab_size, context_length=16, n_layers=1, n_heads=2, d_model=16))
+    tok = CharTokenizer.from_text("abcabcabc ")
+    weights = torch.softmax(torch.randn(2, 4, 4), -1)
+    views = [
+        widgets.token_explorer({"GPT-2": course_gpt2}),
+        widgets.window_explorer(list("abcdefgh")),
+        widgets.ngram_sampler(
+            {2: NGramLanguageModel(2, tok.vocab_size).fit(tok.encode("abcabc"))}, tok.encode, tok.decode, prompt="a"
+        ),  # fmt: skip
+        widgets.attention_explorer(lambda s, c: (s.split(), weights), ["a b c d"], n_heads=2),
+        widgets.sampling_explorer(model, course_gpt2, prompt="the "),
+        widgets.ChatWidget(Chat(model, course_gpt2, "short"), background=False).box,
+    ]
+
+    def parts(widget):
+        yield widget
+        for child in getattr(widget, "children", ()):
+            yield from parts(child)
+
+    for view in views:
+        for part in parts(view):
+            assert not isinstance(part, ipywidgets.Output), "an Output's images carry no alt text"
+            if isinstance(part, (ipywidgets.Button, ipywidgets.ValueWidget)) and not isinstance(
+                part, (ipywidgets.HTML, ipywidgets.Label)
+            ):
+                assert part.description.strip(), f"a {type(part).__name__} without a label"
+            if isinstance(part, ipywidgets.HTML) and "<img" in part.value:
+                assert part.value.count("<img") == part.value.count(' alt="') == 1
+    explorer = views[3].children[2].value
+    assert 'alt="Head 0: the strongest weight, ' in explorer and "Colour grid &#x27;head 0, causal&#x27;" in explorer
+    plt.close("all")
