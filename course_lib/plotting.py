@@ -436,7 +436,13 @@ def lightness(color) -> float:
 
 
 def _number(value: float) -> str:
-    return f"{value:.3g}"
+    return f"{value + 0.0:.3g}"  # + 0.0: no "-0"
+
+
+def _tick(label: str) -> str:
+    """A bar's label, quoted when it is not plain words (a token such as "," or "␣is")."""
+    plain = all(ch.isalnum() or ch in " -_()/." for ch in label) and any(ch.isalnum() for ch in label)
+    return label if plain or not label else repr(label)
 
 
 def _describe_axes(ax: Axes) -> str:
@@ -466,7 +472,9 @@ def _describe_axes(ax: Axes) -> str:
     if bars:
         ticks = {round(t.get_position()[0], 6): t.get_text() for t in ax.get_xticklabels()}  # at a bar's centre
         centres = [round(patch.get_x() + patch.get_width() / 2, 6) for patch in bars[0]]
-        pairs = [f"{ticks.get(x, '')} {_number(patch.get_height())}".strip() for x, patch in zip(centres, bars[0])]
+        pairs = [
+            f"{_tick(ticks.get(x, ''))} {_number(patch.get_height())}".strip() for x, patch in zip(centres, bars[0])
+        ]
         text += "; bars: " + ", ".join(pairs[:12]) + (f" and {len(pairs) - 12} more" if len(pairs) > 12 else "")
     labels = [name for name in ax.get_legend_handles_labels()[1] if not name.startswith("_")]
     if labels:

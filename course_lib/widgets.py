@@ -189,13 +189,16 @@ class ChatWidget:
         self.send_button = widgets.Button(description="Send", button_style="primary")
         self.stop_button = widgets.Button(description="Stop", disabled=True)
         self.new_button = widgets.Button(description="New chat")
-        self.temperature = widgets.FloatSlider(  # the label whole, not cut to "temperat..."
+        # a number box, not a slider: its label names it for screen readers (a slider's handle is
+        # unnamed in JupyterLab) and the arrow keys step it; the label whole, not cut to "temperat..."
+        self.temperature = widgets.BoundedFloatText(
             value=chat.temperature,
             min=0.0,
             max=1.5,
             step=0.1,
             description="temperature",
             style={"description_width": "initial"},
+            layout=widgets.Layout(width="170px"),
         )
         self.speed = widgets.Label("")
         self.thread = None

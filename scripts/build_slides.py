@@ -7,12 +7,14 @@ Each deck is ``slides/NN_name.slides.html``; it loads reveal.js, MathJax, requir
 and the Jupyter widgets renderer (for the saved widget views) from ``slides/vendor``
 (installed from the npm registry with the versions pinned in ``scripts/slides/package-lock.json``),
 and has its images embedded, so the folder works in a lecture hall with no network. Speaker
-notes come from cells of slide type ``notes`` (press ``s`` in the deck).
+notes come from cells of slide type ``notes`` (press ``s`` in the deck). The vendor folder also
+holds axe-core, which no deck loads: tests/test_slides.py checks the decks' accessibility with it.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -71,12 +73,23 @@ def exporter() -> SlidesExporter:
     return SlidesExporter(config=c)
 
 
+def title(nb) -> str | None:
+    """The notebook's first level-1 heading, plain text: the deck's <title> (nbconvert's default is the file name)."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("# "):
+                    return re.sub(r"[*`]", "", line[2:]).strip()
+    return None
+
+
 def build(paths: list[Path]) -> list[Path]:
     install_vendor()
     slides = exporter()
     written = []
     for path in paths:
         nb = nbformat.read(path, as_version=4)
+        nb.metadata.setdefault("title", title(nb) or path.stem)
         body, _ = slides.from_notebook_node(nb, resources={"metadata": {"name": path.stem, "path": str(path.parent)}})
         target = OUT / f"{path.stem}.slides.html"
         target.write_text(body, encoding="utf-8")

@@ -146,6 +146,8 @@ def test_a_figure_is_described_from_what_it_plots():
     assert "Bar chart 'chars per token': chars / token; bars: characters 1, GPT-2 2.75." in plotting.describe_figure(
         ax.figure
     )
+    ax = plotting.plot_bars({",": 0.3, "␣is": -0.0})  # tokens quoted; no "-0"
+    assert plotting.describe_figure(ax.figure) == "Bar chart; bars: ',' 0.3, '␣is' 0."
     _, axes = plt.subplots(1, 2)
     plotting.plot_attention(torch.tensor([[1.0, 0.0], [0.25, 0.75]]), ["a", "b"], ax=axes[0])
     axes[1].bar([0, 1], [2, 3])

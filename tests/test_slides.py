@@ -7,6 +7,7 @@ COURSE_REQUIRE_BROWSER=1 (see .ci/run), which turns a missing piece into a failu
 import contextlib
 import importlib.util
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SCREENSHOTS = ROOT / "slides" / "screenshots"
 CHROMIUM = os.environ.get("COURSE_CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
+AXE = ROOT / "slides" / "vendor" / "node_modules" / "axe-core" / "axe.min.js"  # vendored with the decks
+NO_ALT = "No description has been provided for this image"  # what nbconvert writes for an image without alt
 
 
 def unavailable(reason: str):
@@ -26,13 +29,20 @@ def unavailable(reason: str):
 
 
 @pytest.fixture(scope="module")
-def decks() -> dict[str, Path]:
+def build_slides():
+    """scripts/build_slides.py as a module, with the decks' pinned packages (axe-core among them)."""
     if shutil.which("npm") is None:
         unavailable("npm is needed to vendor reveal.js for the decks")
     spec = importlib.util.spec_from_file_location("build_slides", ROOT / "scripts" / "build_slides.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return dict(zip((p.stem for p in NOTEBOOKS), module.build(NOTEBOOKS)))
+    module.install_vendor()
+    return module
+
+
+@pytest.fixture(scope="module")
+def decks(build_slides) -> dict[str, Path]:
+    return dict(zip((p.stem for p in NOTEBOOKS), build_slides.build(NOTEBOOKS)))
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +76,61 @@ def expected(nb) -> tuple[int, int]:
     return sum(t in ("slide", "subslide") for t in types), sum(t == "notes" for t in types)
 
 
+# axe-core, WCAG 2.0/2.1 level A and AA, and the best-practice rules that mean something for a deck. A deck
+# is one page of which reveal.js shows, and exposes to assistive technology, one slide at a time; axe judges
+# only what is shown (colour contrast above all), so it runs on every slide in turn.
+WCAG = {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}
+# axe would fetch the deck's stylesheet files to read them again (only for css-orientation-lock, and reveal.js
+# locks no orientation), which a file:// page may not do: it reads the page's styles as the browser has them.
+SETTINGS = {"preload": False, "resultTypes": ["violations"]}
+# Once, on the title slide, over the whole page (reveal's controls and slide number included): the deck in
+# its <main> landmark with nothing outside a landmark, and its "# NN · Title" the page's level-1 heading
+# (on any other slide the title is hidden with its slide, as it should be).
+PAGE_RULES = ("landmark-one-main", "region", "landmark-complementary-is-top-level", "page-has-heading-one")
+PAGE_AXE = {"runOnly": WCAG, "rules": {rule: {"enabled": True} for rule in PAGE_RULES}, **SETTINGS}
+# On each slide: headings in order as a screen reader meets them, a slide at a time (## then ###, not ####).
+SLIDE_AXE = {"runOnly": WCAG, "rules": {"heading-order": {"enabled": True}}, **SETTINGS}
+
+# Every slide shown in full, in turn: the code wider than its slide (cut off) and what axe finds.
+SWEEP = """async ([pageRules, slideRules]) => {
+  const clipped = [], violations = [];
+  const report = (result, where) => { for (const rule of result.violations) for (const node of rule.nodes)
+    violations.push(`${rule.id} (${rule.impact}) ${where}: ${node.target.join(" ")}: ${node.html.slice(0, 100)}`); };
+  for (const [index, slide] of Reveal.getSlides().entries()) {
+    const at = Reveal.getIndices(slide);
+    Reveal.slide(at.h, at.v || 0);
+    while (Reveal.nextFragment()) {}
+    // fragments fade in: end that, so that their colours are judged as they end
+    for (const a of document.getAnimations()) if (a.effect.getTiming().iterations !== Infinity) a.finish();
+    await new Promise((done) => MathJax.Hub.Queue(done)); // the slide's math laid out again
+    for (const pre of slide.querySelectorAll("pre"))
+      if (pre.scrollWidth > pre.clientWidth + 1) clipped.push(pre.textContent.slice(0, 60));
+    if (index === 0) report(await axe.run(document, pageRules), "on the page");
+    report(await axe.run(slide, slideRules), `on slide ${index}`);
+  }
+  return [clipped, violations];
+}"""
+
+# Every token colour the code highlighting defines, used on these slides or not, on the current slide's
+# first code cell: axe's colour contrast on a line of one token of each.
+TOKEN_COLOURS = """async () => {
+  for (const a of document.getAnimations()) if (a.effect.getTiming().iterations !== Infinity) a.finish();
+  const classes = new Set();
+  for (const sheet of document.styleSheets) {
+    let rules = [];
+    try { rules = [...sheet.cssRules]; } catch (e) {} // a stylesheet file of its own: not the highlighting
+    for (const rule of rules.filter((rule) => rule.style && rule.style.color))
+      for (const m of (rule.selectorText || "").matchAll(/\\.highlight \\.(\\w+)/g)) classes.add(m[1]);
+  }
+  const probe = document.createElement("span");
+  probe.innerHTML = [...classes].map((name) => `<span class="${name}">${name}_token</span>`).join(" ");
+  Reveal.getCurrentSlide().querySelector(".jp-InputArea-editor .highlight pre").append(probe);
+  const result = await axe.run(probe, { runOnly: ["color-contrast"], preload: false });
+  probe.remove();
+  return [classes.size, result.violations.flatMap((rule) => rule.nodes.map((node) => node.failureSummary))];
+}"""
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem[:2] for p in NOTEBOOKS])
 def test_deck_in_a_real_browser(notebook, decks, browser):
     nb = nbformat.read(notebook, as_version=4)
@@ -89,6 +154,9 @@ def test_deck_in_a_real_browser(notebook, decks, browser):
 
     page.goto(decks[notebook.stem].as_uri())
     page.wait_for_function("window.Reveal && Reveal.isReady()", timeout=30_000)
+    page.add_script_tag(path=str(AXE))
+    title = re.search(r"^# (.+)$", "\n".join(c.source for c in nb.cells if c.cell_type == "markdown"), re.M)[1]
+    assert page.title() == f"{title} slides"  # the notebook's title, not its file name
     assert page.evaluate("Reveal.getTotalSlides()") == n_slides
     assert page.evaluate("document.querySelectorAll('aside.notes').length") == n_notes
 
@@ -98,7 +166,8 @@ def test_deck_in_a_real_browser(notebook, decks, browser):
 
     # Math typeset by the vendored MathJax, where the notebook has any.
     mathjax_idle()
-    if any(cell.cell_type == "markdown" and "$" in cell.source for cell in nb.cells):
+    has_math = any(cell.cell_type == "markdown" and "$" in cell.source for cell in nb.cells)
+    if has_math:
         # start-up typesetting can still be queued behind the marker above: poll for its result
         page.wait_for_function("document.querySelectorAll('.MathJax_CHTML').length > 0", timeout=60_000)
 
@@ -125,27 +194,35 @@ def test_deck_in_a_real_browser(notebook, decks, browser):
     )
     page.evaluate(f"Reveal.slide({h}, {v}); while (Reveal.nextFragment()) {{}}")  # show every fragment
     mathjax_idle()
-    page.wait_for_timeout(2500)  # let MathJax finish re-typesetting the shown slide before the screenshot
     assert page.locator("section.present .jp-CodeCell").first.is_visible()
+    n_classes, dim = page.evaluate(TOKEN_COLOURS)
+    assert n_classes > 20  # the highlighting's token classes were found
+    assert not dim, "code highlighting below 4.5:1 contrast:\n" + "\n".join(dim)
 
-    # No code is cut off at a slide's edge: show every slide with all its fragments and measure.
-    clipped = page.evaluate(
-        """() => { const found = [];
-                   for (const s of Reveal.getSlides()) {
-                     const i = Reveal.getIndices(s); Reveal.slide(i.h, i.v || 0);
-                     while (Reveal.nextFragment()) {}
-                     for (const p of s.querySelectorAll('pre'))
-                       if (p.scrollWidth > p.clientWidth + 1) found.push(p.textContent.slice(0, 60)); }
-                   return found; }"""
-    )
+    # Every slide: no code cut off at a slide's edge, nothing axe finds (WCAG 2.1 A and AA).
+    clipped, violations = page.evaluate(SWEEP, [PAGE_AXE, SLIDE_AXE])
     assert not clipped, f"code wider than its slide: {clipped[:3]}"
+    assert not violations, f"{len(violations)} accessibility violations (axe-core):\n" + "\n".join(violations)
+    if has_math:  # a screen reader reads each formula from its MathML, MathJax's assistive copy
+        bare = page.evaluate(
+            """[...document.querySelectorAll('.MathJax_CHTML')]
+                 .filter(m => !m.querySelector('.MJX_Assistive_MathML math'))
+                 .map(m => MathJax.Hub.getJaxFor(m).originalText)"""
+        )
+        assert not bare, f"formulas without assistive MathML: {bare[:3]}"
     page.evaluate(f"Reveal.slide({h}, {v}); while (Reveal.nextFragment()) {{}}")
+    mathjax_idle()
 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{notebook.stem}.png"))
+    no_alt = page.evaluate(
+        f"[...document.images].filter(i => !i.alt.trim() || i.alt === {NO_ALT!r}).map(i => i.closest('.jp-Cell')?.id)"
+    )
     found = list(problems)  # before closing: closing aborts requests still in flight
     page.close()
     assert not found, "\n".join(found)
+    # Plots carry their description in output.metadata['image/png']['alt'] (course_lib), figures in markdown.
+    assert not no_alt, f"images without a description (alt) in {no_alt}"
 
 
 def watch_requests(page, base: str) -> list[str]:
@@ -296,16 +373,24 @@ def chat_view(scope):
         "send": view.locator(".widget-button", has_text="Send"),
         "stop": view.locator(".widget-button", has_text="Stop"),
         "new": view.locator(".widget-button", has_text="New chat"),
-        "temperature": view.locator(".widget-hslider", has_text="temperature"),
+        "temperature": view.get_by_label("temperature"),  # found by its label, as a screen reader names it
     }
 
 
-def converse(parts: dict, timeout: int = 120_000) -> None:
-    """Type the message, Send, and wait until the reply is in and measured."""
+def converse(parts: dict, timeout: int = 120_000, keyboard=None) -> None:
+    """Type the message, Send, and wait until the reply is in and measured. With ``keyboard``
+    (the page's), as a user without a mouse: focus the box, type, Tab to Send, press Enter."""
     from playwright.sync_api import expect
 
-    parts["text"].fill(MESSAGE)
-    parts["send"].click()
+    if keyboard is None:
+        parts["text"].fill(MESSAGE)
+        parts["send"].click()
+    else:
+        parts["text"].focus()
+        keyboard.type(MESSAGE)
+        keyboard.press("Tab")
+        expect(parts["send"]).to_be_focused()
+        keyboard.press("Enter")
     expect(parts["history"]).to_contain_text(f"You: {MESSAGE}", timeout=timeout)
     expect(parts["history"]).to_contain_text("Model:", timeout=timeout)  # written by the reply's thread
     expect(parts["view"]).to_contain_text("tokens/s", timeout=timeout)
@@ -314,7 +399,9 @@ def converse(parts: dict, timeout: int = 120_000) -> None:
     expect(parts["text"]).to_have_value("")
 
 
-def test_the_chat_widget_answers_in_jupyterlab(chat_lab, browser):
+def test_the_chat_widget_answers_in_jupyterlab(chat_lab, browser, build_slides):
+    """Used as a student without a mouse would, with a screen reader: every control found by
+    its label, the conversation held with the keyboard alone, nothing axe-core finds."""
     from playwright.sync_api import expect
 
     root, base, token = chat_lab
@@ -335,12 +422,28 @@ def test_the_chat_widget_answers_in_jupyterlab(chat_lab, browser):
         expect(parts[control]).to_be_visible()
     expect(parts["stop"]).to_be_disabled()
     expect(parts["history"]).to_have_text("")
+    expect(parts["view"].get_by_role("textbox", name="Message")).to_have_count(1)
+    for button in ("Send", "Stop", "New chat"):
+        expect(parts["view"].get_by_role("button", name=button, exact=True)).to_have_count(1)
+    page.add_script_tag(path=str(AXE))
+    violations = page.evaluate(
+        """async ([view, options]) => (await axe.run(view, options)).violations.flatMap(
+               (rule) => rule.nodes.map((node) => `${rule.id}: ${node.target.join(" ")}`))""",
+        [parts["view"].element_handle(), {"runOnly": WCAG, "resultTypes": ["violations"]}],
+    )
+    assert not violations, f"the chat widget in JupyterLab: {violations}"
 
-    converse(parts)
+    parts["temperature"].focus()  # the arrow keys step the temperature
+    page.keyboard.press("ArrowUp")
+    expect(parts["temperature"]).to_have_value("0.9")
+    page.keyboard.press("ArrowDown")
+    expect(parts["temperature"]).to_have_value("0.8")
+    converse(parts, keyboard=page.keyboard)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "chat_lab.png"))
 
-    parts["new"].click()  # the conversation forgotten: history and speed emptied
+    parts["new"].focus()  # the conversation forgotten: history and speed emptied
+    page.keyboard.press("Enter")
     expect(parts["history"]).not_to_contain_text("You:", timeout=60_000)
     expect(parts["view"]).not_to_contain_text("tokens/s", timeout=60_000)
     found = list(outside)
