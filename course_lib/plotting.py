@@ -15,6 +15,7 @@ import base64
 import html
 import io
 import math
+import unicodedata
 from collections.abc import Sequence
 
 import matplotlib as mpl
@@ -436,26 +437,46 @@ def lightness(color) -> float:
 
 
 def _number(value: float) -> str:
+    """A number as it is read aloud: 19,222 rather than 1.92e+04, "nearly 0" for a speck."""
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if 0 < abs(value) < 0.001:
+        return "nearly 0"
     return f"{value + 0.0:.3g}"  # + 0.0: no "-0"
 
 
-def _tick(label: str) -> str:
-    """A bar's label, quoted when it is not plain words (a token such as "," or "␣is")."""
+def spoken(label: str) -> str:
+    """A token as a listener can hear it: visible whitespace and lone punctuation by name,
+    quoted when it is not plain words ("␣is" → “(space)is”, "," → “comma”)."""
+    if len(label) == 1 and not label.isalnum() and label not in "␣↵→":
+        return f"“{unicodedata.name(label, label).lower()}”"
+    named = label.replace("␣", "(space)").replace("↵", "(newline)").replace("→", "(tab)")
     plain = all(ch.isalnum() or ch in " -_()/." for ch in label) and any(ch.isalnum() for ch in label)
-    return label if plain or not label else repr(label)
+    return label if plain or not label else f"“{named}”"
 
 
-def _describe_axes(ax: Axes) -> str:
+def _reference_line(line) -> str | None:
+    """Where a line drawn by axhline / axvline (a reference, not data) sits, else None."""
+    x, y = list(line.get_xdata()), list(line.get_ydata())
+    if len(x) == 2 and x == [0, 1] and y[0] == y[1]:
+        return f"a horizontal line at {_number(y[0])}"
+    if len(y) == 2 and y == [0, 1] and x[0] == x[1]:
+        return f"a vertical line at {_number(x[0])}"
+    return None
+
+
+def _describe_axes(ax: Axes, most_bars: int = 12) -> str:
     """One panel in words: its kind and title, its axes, and the values or series it shows."""
     bars = [c for c in ax.containers if isinstance(c, BarContainer)]
     errorbars = any(isinstance(c, ErrorbarContainer) for c in ax.containers)
     kind = ("colour grid" if ax.images else "bar chart" if bars else "points with error bars" if errorbars
             else "line chart" if ax.get_lines() else "diagram")  # fmt: skip
     title = ax.get_title() or ax.get_title("left")
-    text = kind + (f" '{title}'" if title else "")
+    text = kind + (f" “{title}”" if title else "")
 
     def label(axis, name: str) -> str:
-        return name + (" (log scale)" if name and axis.get_scale() == "log" else "")
+        scale = ", log scale" if name.endswith(")") else " (log scale)"
+        return name + (scale if name and axis.get_scale() == "log" else "")
 
     x, y = label(ax.xaxis, ax.get_xlabel()), label(ax.yaxis, ax.get_ylabel())
     if ax.images:
@@ -465,6 +486,8 @@ def _describe_axes(ax: Axes) -> str:
         ends = ("light", "dark") if lightness(image.cmap(0.0)) > lightness(image.cmap(1.0)) else ("dark", "light")
         text += f": {rows} by {cols}" + (f", rows: {y}" if y else "") + (f", columns: {x}" if x else "")
         text += f"; values from {_number(low)} ({ends[0]}) to {_number(high)} ({ends[1]})"
+        if torch.as_tensor(image.get_array().filled(float("nan"))).isnan().any():
+            text += ", blank where there is no value"
     elif y and x:
         text += f": {y} against {x}"
     elif y:
@@ -473,12 +496,16 @@ def _describe_axes(ax: Axes) -> str:
         ticks = {round(t.get_position()[0], 6): t.get_text() for t in ax.get_xticklabels()}  # at a bar's centre
         centres = [round(patch.get_x() + patch.get_width() / 2, 6) for patch in bars[0]]
         pairs = [
-            f"{_tick(ticks.get(x, ''))} {_number(patch.get_height())}".strip() for x, patch in zip(centres, bars[0])
+            f"{spoken(ticks.get(x, ''))} {_number(patch.get_height())}".strip() for x, patch in zip(centres, bars[0])
         ]
-        text += "; bars: " + ", ".join(pairs[:12]) + (f" and {len(pairs) - 12} more" if len(pairs) > 12 else "")
-    labels = [name for name in ax.get_legend_handles_labels()[1] if not name.startswith("_")]
+        more = f" and {len(pairs) - most_bars} more" if len(pairs) > most_bars else ""
+        text += "; bars: " + ", ".join(pairs[:most_bars]) + more
+    references = {line.get_label(): _reference_line(line) for line in ax.get_lines() if _reference_line(line)}
+    labels = [name for name in ax.get_legend_handles_labels()[1] if not name.startswith("_") and name not in references]
     if labels:
-        text += "; series: " + ", ".join(labels)
+        text += "; series: " + "; ".join(f"“{name}”" for name in labels)
+    for name, where in references.items():
+        text += f"; {where}" + ("" if name.startswith("_") else f" marks “{name}”")
     return text
 
 
@@ -487,7 +514,7 @@ def describe_figure(fig: Figure) -> str:
     bars left out: their range is stated with the grid they belong to)."""
     fig.draw_without_rendering()  # tick labels (bar categories) exist only once drawn
     panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
-    described = [_describe_axes(ax) for ax in panels]
+    described = [_describe_axes(ax, most_bars=12 if len(panels) == 1 else 5) for ax in panels]
     if len(described) == 1:
         return described[0][:1].upper() + described[0][1:] + "."
     return f"{len(described)} panels, left to right: " + " ".join(f"({k}) {d}." for k, d in enumerate(described, 1))

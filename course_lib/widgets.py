@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from .ngram import NGramLanguageModel
-from .plotting import compare_tokenizers_html, draw_sliding_windows, figure_html
+from .plotting import compare_tokenizers_html, draw_sliding_windows, figure_html, spoken, visible
 from .runtime import model_device
 
 
@@ -36,10 +36,13 @@ def window_explorer(tokens: Sequence[str], max_context: int = 8) -> widgets.VBox
         if len(tokens) < context.value + 1:
             out.value = f"<p>need at least {context.value + 1} tokens for one window</p>"
             return
-        ax = draw_sliding_windows(tokens, context.value, stride.value)
+        c, s = context.value, stride.value
+        ax = draw_sliding_windows(tokens, c, s)
+        n_windows = (len(tokens) - c - 1) // s + 1
+        words = lambda part: ", ".join(spoken(visible(t)) for t in part)  # noqa: E731
         finding = (
-            f"Context length {context.value} and stride {stride.value}: each target row is its "
-            f"input row shifted one token to the right"
+            f"Context length {c}, stride {s}: {n_windows} windows, {'overlapping' if s < c else 'side by side'}; "
+            f"window 0 reads {words(tokens[:c])} and predicts {words(tokens[1 : c + 1])}, its input shifted by one"
         )
         out.value = figure_html(ax.figure, finding)
 
@@ -93,11 +96,8 @@ def attention_explorer(
         _, ax = plt.subplots(figsize=(0.5 * len(tokens) + 2.5, 0.45 * len(tokens) + 1.5))
         mode = "causal" if causal.value else "bidirectional"
         plot_attention(shown, tokens, title=f"head {head.value}, {mode}", ax=ax)
-        row, col = divmod(int(shown.argmax()), shown.shape[1])
-        finding = (
-            f"Head {head.value}: the strongest weight, {shown[row, col]:.2f}, is from {tokens[row]!r} "
-            f"to {tokens[col]!r}"
-        )
+        weight, col = shown[-1].max(dim=-1)  # the last token sees every other one, masked or not
+        finding = f"Head {head.value}: the last token, {tokens[-1]!r}, attends most to {tokens[col]!r} ({weight:.2f})"
         out.value = figure_html(ax.figure, finding)
 
     for w in (sentence, head, causal):
@@ -114,7 +114,7 @@ def sampling_explorer(
     Bars show the 15 most likely next tokens; grey ones are removed by top-k / top-p.
     """
     from .generation import generate, next_token_probs
-    from .plotting import OKABE_ITO, visible
+    from .plotting import OKABE_ITO
 
     text = widgets.Text(value=prompt, description="prompt", layout=widgets.Layout(width="60%"))
     temperature = widgets.FloatSlider(value=1.0, min=0.1, max=2.0, step=0.1, description="temperature")
@@ -143,8 +143,9 @@ def sampling_explorer(
         ax.set_title(f"next token: {n_kept} of {len(kept)} tokens can be drawn (outline: before filtering)")
         plt.tight_layout()
         finding = (
-            f"After filtering, {n_kept} of {len(kept)} tokens can be drawn; the most likely, "
-            f"{labels[0]!r}, has probability {kept[top.indices[0]]:.2f} (before: {top.values[0]:.2f})"
+            f"After {text.value!r} at temperature {temperature.value:.1f}, top-k {top_k.value or 'off'}, top-p "
+            f"{top_p.value if top_p.value < 1 else 'off'}: {n_kept} of {len(kept)} tokens can be drawn; the most "
+            f"likely, {spoken(labels[0])}, has probability {kept[top.indices[0]]:.2f}"
         )
         out.value = figure_html(ax.figure, finding)
         out_ids = generate(

@@ -140,14 +140,16 @@ def test_a_figure_is_described_from_what_it_plots():
     ax.set_yscale("log")
     ax.legend()
     alt = plotting.figure_alt(ax.figure, "Validation loss falls from 3.1 to 1.9")
-    assert alt == ("Validation loss falls from 3.1 to 1.9. Line chart 'training': loss (log scale) against step; "
-                   "series: train, validation.")  # fmt: skip
+    assert alt == (
+        "Validation loss falls from 3.1 to 1.9. Line chart “training”: loss (log scale) against step; "
+        "series: “train”; “validation”."
+    )
     ax = plotting.plot_bars({"characters": 1.0, "GPT-2": 2.75}, title="chars per token", ylabel="chars / token")
-    assert "Bar chart 'chars per token': chars / token; bars: characters 1, GPT-2 2.75." in plotting.describe_figure(
+    assert "Bar chart “chars per token”: chars / token; bars: characters 1, GPT-2 2.75." in plotting.describe_figure(
         ax.figure
     )
-    ax = plotting.plot_bars({",": 0.3, "␣is": -0.0})  # tokens quoted; no "-0"
-    assert plotting.describe_figure(ax.figure) == "Bar chart; bars: ',' 0.3, '␣is' 0."
+    ax = plotting.plot_bars({",": 0.3, "␣is": -0.0})  # tokens as heard; no "-0"
+    assert plotting.describe_figure(ax.figure) == "Bar chart; bars: “comma” 0.3, “(space)is” 0."
     _, axes = plt.subplots(1, 2)
     plotting.plot_attention(torch.tensor([[1.0, 0.0], [0.25, 0.75]]), ["a", "b"], ax=axes[0])
     axes[1].bar([0, 1], [2, 3])
@@ -192,4 +194,4 @@ def test_figure_html_carries_the_description_escaped():
     ax.set_title("<x> & y")
     html = plotting.figure_html(ax.figure, 'Nothing "plotted"')
     assert html.startswith('<img src="data:image/png;base64,')
-    assert 'alt="Nothing &quot;plotted&quot;. Diagram &#x27;&lt;x&gt; &amp; y&#x27;."' in html
+    assert 'alt="Nothing &quot;plotted&quot;. Diagram “&lt;x&gt; &amp; y”."' in html

@@ -174,5 +174,8 @@ def test_every_control_is_labelled_and_every_plot_described(course_gpt2):
             if isinstance(part, ipywidgets.HTML) and "<img" in part.value:
                 assert part.value.count("<img") == part.value.count(' alt="') == 1
     explorer = views[3].children[2].value
-    assert 'alt="Head 0: the strongest weight, ' in explorer and "Colour grid &#x27;head 0, causal&#x27;" in explorer
+    assert (
+        'alt="Head 0: the last token, &#x27;d&#x27;, attends most to ' in explorer
+        and "Colour grid “head 0, causal”" in explorer
+    )
     plt.close("all")
