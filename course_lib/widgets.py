@@ -183,6 +183,7 @@ class ChatWidget:
         self.input = widgets.Textarea(  # a visible label, which screen readers announce too
             description="Message",
             placeholder="Type a message, then Send",
+            continuous_update=False,  # the text reaches the kernel when focus leaves for Send, before its click
             layout=widgets.Layout(width="95%", height="60px"),
             style={"description_width": "initial"},
         )
