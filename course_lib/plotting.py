@@ -429,11 +429,16 @@ def use_course_style() -> None:
     mpl.rcParams.update({"axes.prop_cycle": LINE_CYCLE, "image.cmap": COLORMAP, "lines.markersize": 5})
 
 
+def luminance(color) -> float:
+    """Relative luminance (0 black .. 1 white) of a matplotlib colour, as WCAG's contrast uses it."""
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in mpl.colors.to_rgb(color)]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
 def lightness(color) -> float:
     """CIE L* (0 black .. 100 white) of a matplotlib colour: what is left in greyscale."""
-    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in mpl.colors.to_rgb(color)]
-    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
-    return 116 * luminance ** (1 / 3) - 16 if luminance > 0.008856 else 903.3 * luminance
+    y = luminance(color)
+    return 116 * y ** (1 / 3) - 16 if y > 0.008856 else 903.3 * y
 
 
 def _number(value: float) -> str:
@@ -500,7 +505,7 @@ def _describe_axes(ax: Axes, most_bars: int = 12) -> str:
         ]
         more = f" and {len(pairs) - most_bars} more" if len(pairs) > most_bars else ""
         text += "; bars: " + ", ".join(pairs[:most_bars]) + more
-    references = {line.get_label(): _reference_line(line) for line in ax.get_lines() if _reference_line(line)}
+    references = {line.get_label(): where for line in ax.get_lines() if (where := _reference_line(line))}
     labels = [name for name in ax.get_legend_handles_labels()[1] if not name.startswith("_") and name not in references]
     if labels:
         text += "; series: " + "; ".join(f"“{name}”" for name in labels)

@@ -104,9 +104,7 @@ def test_lines_differ_in_dash_and_marker_too_so_greyscale_reads():
         assert len({str(s[key]) for s in styles}) == len(styles), f"two lines share a {key}"
     # the first five are dark enough on white for graphics (WCAG 2.1 non-text contrast, 3:1)
     for color in plotting.OKABE_ITO[:5]:
-        linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in to_rgb(color)]
-        luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
-        assert 1.05 / (luminance + 0.05) >= 3, color
+        assert 1.05 / (plotting.luminance(color) + 0.05) >= 3, color
     _, ax = plt.subplots()
     first, second = ax.plot([0, 1, 2], [0, 1, 2]), ax.plot([0, 1, 2], [1, 2, 3])
     assert first[0].get_linestyle() != second[0].get_linestyle() and first[0].get_marker() != second[0].get_marker()
