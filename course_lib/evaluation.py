@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -136,7 +137,11 @@ def judge_preference(model: GPT, tokenizer, chat_template: str, question: str, f
 def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """The 95% Wilson score interval of an accuracy of ``correct`` out of ``n``: where the true
     rate plausibly lies. Unlike p ± 1.96·sqrt(p(1-p)/n) it stays within [0, 1] and is not of
-    width 0 at 0 or n correct (Wilson, 1927). Two accuracies whose intervals overlap are level."""
+    width 0 at 0 or n correct (Wilson, 1927).
+
+    It is the interval of one accuracy. To compare two systems, do not ask whether their intervals
+    overlap: two 95% intervals can overlap while the difference is clearly real. Compare them by
+    their :func:`paired_difference` on the same items."""
     if n < 1 or not 0 <= correct <= n:
         raise ValueError(f"need 0 <= correct <= n and n >= 1, got {correct} of {n}")
     p = correct / n
@@ -168,3 +173,93 @@ def areas_named(text: str) -> list[str]:
     a chat model answers in sentences, so "names exactly the right area" is its exact match."""
     lowered = text.lower()
     return [area for area in DOCSTRING_AREAS if area.lower() in lowered]
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Two systems scored on the same items: the mean of their per-item differences (A − B), its
+    95% interval, a two-sided p-value, and n. For right/wrong items also how many items only A got
+    right (``a_only``) and only B (``b_only``): the items where they disagree, all that the
+    difference is made of."""
+
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    n: int
+    a_only: int | None = None
+    b_only: int | None = None
+
+    @property
+    def a_better(self) -> bool:
+        return self.low > 0
+
+    @property
+    def b_better(self) -> bool:
+        return self.high < 0
+
+    def __str__(self) -> str:
+        return f"{self.difference:+.3f} [{self.low:+.3f}, {self.high:+.3f}], p = {self.p_value:.2g}, n = {self.n:,}"
+
+
+def mcnemar_p(a_only: int, b_only: int) -> float:
+    """McNemar's exact test: the two-sided p-value of ``a_only`` items right for A alone against
+    ``b_only`` right for B alone, when each disagreement is a fair coin (no difference). Items both
+    get right, or both wrong, say nothing about which is better and do not enter."""
+    if a_only < 0 or b_only < 0:
+        raise ValueError(f"counts of items must be 0 or more, got {a_only} and {b_only}")
+    n = a_only + b_only
+    tail = sum(math.comb(n, k) for k in range(min(a_only, b_only) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float], z: float = 1.96) -> PairedDifference:
+    """Compare systems A and B scored on the same items (``a[i]`` and ``b[i]`` are the scores of item
+    i: 0 or 1 for right or wrong, or any number, such as an item's mean over several seeds).
+
+    The difference is the mean of the per-item differences a[i] − b[i], its interval that mean
+    ± z · standard error over the items. Pairing is what makes it sharp: an item that is easy (or
+    hard) for both cancels out, so only the items where they disagree count. The p-value is
+    McNemar's exact test for right/wrong scores, else the normal approximation of the same
+    interval. Say "A is better" only when the interval excludes 0 (``a_better``); otherwise
+    these n items cannot tell the two apart."""
+    if len(a) != len(b):
+        raise ValueError(f"paired scores need one score of each system per item, got {len(a)} and {len(b)} scores")
+    n = len(a)
+    if n < 2:
+        raise ValueError(f"a paired difference needs at least 2 items, got {n}")
+    differences = [x - y for x, y in zip(a, b)]
+    mean, (low, high) = mean_interval(differences, z)
+    if all(x in (0, 1) for x in [*a, *b]):
+        a_only = sum(1 for d in differences if d > 0)
+        b_only = sum(1 for d in differences if d < 0)
+        return PairedDifference(mean, low, high, mcnemar_p(a_only, b_only), n, a_only, b_only)
+    spread = (high - low) / (2 * z)
+    p = 1.0 if spread == 0 and mean == 0 else 0.0 if spread == 0 else math.erfc(abs(mean) / spread / math.sqrt(2))
+    return PairedDifference(mean, low, high, p, n)
+
+
+def per_item_mean(runs: Sequence[Sequence[float]]) -> list[float]:
+    """The mean of each item over several runs (seeds) scored on the same items: one number per
+    item, to compare two methods over their seeds with :func:`paired_difference`. The interval then
+    counts the items as the random draws and averages the seeds within each item: it says how well
+    these seeds' average is measured, not how far a new seed could fall."""
+    if not runs or len({len(r) for r in runs}) != 1:
+        raise ValueError(
+            f"runs must be one or more score lists of the same length, got lengths {[len(r) for r in runs]}"
+        )
+    return [sum(item) / len(runs) for item in zip(*runs)]
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment for several comparisons drawn from one table: with m tests at
+    5% each, about one in twenty null differences looks real by chance. The smallest p-value is
+    multiplied by m, the next by m − 1, and so on (kept monotone, capped at 1); a comparison is
+    significant when its adjusted p is below 0.05. It controls the chance of any false claim."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda k: p_values[k])
+    adjusted, running = [0.0] * m, 0.0
+    for rank, k in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[k]))
+        adjusted[k] = running
+    return adjusted

@@ -49,14 +49,16 @@ def fine_tune(
     n_examples: int,
     batch_loss: Callable[[Sequence[int]], torch.Tensor],
     config: FineTuneConfig,
-    evaluate: Callable[[int], None],
+    evaluate: Callable[[int], bool | None],
     progress: bool | None = None,
 ) -> float:
     """Train the trainable parameters of ``model``: ``batch_loss(indices)`` gives the loss of a
     batch of example indices. The examples are reshuffled every epoch by a generator seeded with
     ``config.seed``; the learning rate warms up, then decays along a cosine to a tenth of its
-    peak. ``evaluate(step)`` runs every ``eval_every`` steps and after the last. Returns the
-    seconds spent training (evaluations excluded); the model is left in eval mode.
+    peak. ``evaluate(step)`` runs every ``eval_every`` steps and after the last; when it returns
+    True, training stops there (early stopping on a criterion measured on validation; the schedule
+    stays the one of the full run). Returns the seconds spent training (evaluations excluded); the
+    model is left in eval mode.
     """
     if n_examples < 1:
         raise ValueError("fine_tune needs at least one training example")
@@ -82,7 +84,8 @@ def fine_tune(
         apply_update(optimizer, trainable, lr_at(step, schedule), config.grad_clip)
         if (step + 1) % config.eval_every == 0 or step + 1 == steps:
             seconds += time.perf_counter() - started
-            evaluate(step + 1)
+            if evaluate(step + 1):
+                break
             model.train()
             started = time.perf_counter()
     model.eval()

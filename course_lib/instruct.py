@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn as nn
@@ -150,9 +150,11 @@ def train_instructions(
     config: FineTuneConfig,
     mask_instruction: bool = False,
     progress: bool | None = None,
+    stop: Callable[[History], bool] | None = None,
 ) -> History:
     """Fine-tune ``model`` on encoded instructions; the history's ``val_loss`` is measured on the
-    validation answers only (see :func:`answer_loss`)."""
+    validation answers only (see :func:`answer_loss`). ``stop(history)``, called after each
+    evaluation is recorded, ends training early when it returns True."""
     if not train or not val:
         raise ValueError("train_instructions needs training and validation examples")
     device = model_device(model)
@@ -162,9 +164,10 @@ def train_instructions(
         inputs, targets = collate([train[i] for i in chosen], pad_id, model.config.context_length, mask_instruction)
         return instruction_loss(model, inputs.to(device), targets.to(device))
 
-    def record(step: int) -> None:
+    def record(step: int) -> bool:
         history.steps.append(step)
         history.val_loss.append(answer_loss(model, val, pad_id))
+        return stop is not None and stop(history)
 
     history.seconds = fine_tune(model, len(train), batch_loss, config, record, progress)
     return history

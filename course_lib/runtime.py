@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -29,6 +31,27 @@ DEVICE_ENV = "COURSE_DEVICE"
 DEVICES = ("cpu", "cuda", "mps")
 
 BUDGETS = ("full", "ci")
+
+KERNELS_ENV = "ATEN_CPU_CAPABILITY"
+"""PyTorch's own variable: which of its CPU kernels to run (an x86 CPU with AVX-512 can also run the
+AVX2 and the plain ones). Other CPUs compute other last bits of a float32 sum; the portability
+check (``scripts/check_portability.py``) runs the course under each."""
+
+KERNEL_PATHS = ("default", "avx2", "avx512")
+
+
+def cpu_kernel_paths(python: str = sys.executable) -> list[str]:
+    """The kernel paths of :data:`KERNEL_PATHS` this machine can run: a fresh interpreter under each
+    ``ATEN_CPU_CAPABILITY`` reports what torch picked, and a path it cannot run (it falls back to
+    another) is left out."""
+    probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    paths = []
+    for path in KERNEL_PATHS:
+        env = {**os.environ, KERNELS_ENV: path}
+        picked = subprocess.run([python, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
+        if picked.strip().lower() == path:
+            paths.append(path)
+    return paths
 
 
 def _available(kind: str) -> bool:

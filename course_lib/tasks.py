@@ -21,6 +21,7 @@ import inspect
 import json
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -323,6 +324,12 @@ def addition_answer(prompt: str) -> str:
     if match is None:
         raise ValueError(f"an addition prompt looks like '37+45=', got {prompt!r:.40}")
     return str(int(match.group(1)) + int(match.group(2)))[::-1]
+
+
+def addition_example(prompt: str, encode: Callable[[str], list[int]]) -> tuple[list[int], int]:
+    """A labelled example for supervised training: the ids of the prompt, its answer and the newline
+    that ends it, and the prompt's length in ids (the part the loss masks)."""
+    return encode(prompt + addition_answer(prompt) + "\n"), len(encode(prompt))
 
 
 def addition_reward(prompt: str, answer: str) -> float:

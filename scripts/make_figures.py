@@ -61,15 +61,19 @@ FIGURES: dict[str, Callable[[], None]] = {
 
 
 def make_all(out: Path) -> list[Path]:
+    """Draw every figure with matplotlib's default style, whatever the calling process set (a test
+    process may have run a notebook's ``use_course_style()`` first), and restore its style after."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, draw in FIGURES.items():
-        plt.close("all")
-        draw()
-        path = out / name
-        plt.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
-        plt.close("all")
-        written.append(path)
+    with matplotlib.rc_context():
+        matplotlib.rcdefaults()
+        for name, draw in FIGURES.items():
+            plt.close("all")
+            draw()
+            path = out / name
+            plt.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
+            plt.close("all")
+            written.append(path)
     return written
 
 

@@ -106,6 +106,21 @@ def test_a_short_training_lowers_the_answer_loss_and_answers_stop(course, instru
     assert stopped and "###" not in text
 
 
+def test_training_stops_at_the_first_evaluation_that_meets_the_criterion(tiny_gpt):
+    model = tiny_gpt(0)
+    examples = [([1 + (k + j) % 30 for j in range(8)] + [PAD], 3) for k in range(64)]
+    seen = []
+
+    def stop(history):  # called after each evaluation, with what it recorded
+        seen.append(list(history.steps))
+        return len(history.steps) == 3
+
+    config = FineTuneConfig(epochs=10, batch_size=8, eval_every=5)  # 80 steps planned
+    history = train_instructions(model, examples, examples[:8], PAD, config, stop=stop)
+    assert history.steps == [5, 10, 15] and len(history.val_loss) == 3
+    assert seen == [[5], [5, 10], [5, 10, 15]] and not model.training
+
+
 def test_answer_batch_gives_the_answers_of_answer(course, instructions, one_thread):
     model, tokenizer, _ = course
     prompts = [format_prompt(e) for e in instructions.test[:5]] + ["x", "def " * 140]  # the last: past the context
