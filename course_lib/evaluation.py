@@ -169,10 +169,10 @@ def mean_interval(values: Sequence[float], z: float = 1.96) -> tuple[float, tupl
 
 
 def areas_named(text: str) -> list[str]:
-    """The area names (:data:`DOCSTRING_AREAS`) a free-form answer mentions, case-insensitively:
-    a chat model answers in sentences, so "names exactly the right area" is its exact match."""
-    lowered = text.lower()
-    return [area for area in DOCSTRING_AREAS if area.lower() in lowered]
+    """The area names (:data:`DOCSTRING_AREAS`) a free-form answer mentions, case-insensitively and
+    as whole words ("text" is not named in "context"): a chat model answers in sentences, so
+    "names exactly the right area" is its exact match."""
+    return [area for area in DOCSTRING_AREAS if re.search(rf"\b{re.escape(area)}\b", text, re.IGNORECASE)]
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,25 @@ def estimate_loss(
     return total / count
 
 
+@torch.no_grad()
+def window_losses(model: nn.Module, ids: torch.Tensor, context_length: int, batch_size: int = 32) -> torch.Tensor:
+    """(windows,) the mean loss of each non-overlapping window of ``ids``, one number per stretch
+    of text: two models scored on the same text are then compared window by window
+    (:func:`~course_lib.evaluation.paired_difference`), not by their means alone. All windows have
+    the same length, so the mean of these is :func:`estimate_loss` over every window."""
+    device = model_device(model)
+    dataset = SlidingWindowDataset(ids, context_length, stride=context_length)
+    losses = []
+    with evaluating(model):
+        for start in range(0, len(dataset), batch_size):
+            batch = zip(*(dataset[i] for i in range(start, min(start + batch_size, len(dataset)))))
+            x, y = (torch.stack(t).to(device) for t in batch)  # (B, T), (B, T)
+            logits = model(x).float()  # (B, T, V)
+            per_token = F.cross_entropy(logits.transpose(1, 2), y, reduction="none")  # (B, T)
+            losses.append(per_token.mean(dim=1).cpu())
+    return torch.cat(losses)
+
+
 PRECISIONS = ("auto", "fp32", "bf16")
 BAR_EVERY = 10  # steps between progress-bar updates
 

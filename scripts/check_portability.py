@@ -47,7 +47,9 @@ def run(notebook: Path, path: str, budget: str) -> tuple[str, float]:
     if result.returncode == 0:
         return "passed", seconds
     cells = FAILED_CELL.findall(result.stdout)
-    return ("FAILED " + ", ".join(cells)) if cells else "FAILED (see pytest's output)", seconds
+    errors = [line.strip() for line in result.stdout.splitlines() if "Error" in line and "Traceback" not in line]
+    detail = "; ".join(dict.fromkeys(errors))[:600]
+    return ("FAILED " + ", ".join(cells) if cells else "FAILED") + (f" [{detail}]" if detail else ""), seconds
 
 
 def main(argv: list[str] | None = None) -> int:

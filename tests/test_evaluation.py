@@ -35,6 +35,7 @@ def test_expected_forms():
         has_expected_form({"kind": "poem"}, "x")
     assert areas_named("This is about Networking.") == ["networking"]
     assert areas_named("Text, or dates and time?") == ["text", "dates and time"] and areas_named("no idea") == []
+    assert areas_named("It reads the context of the file.") == []  # "text" inside "context" is not a name
 
 
 def test_option_scores_are_log_probabilities_of_the_options():

@@ -19,6 +19,7 @@ from course_lib.training import (
     lr_at,
     make_optimizer,
     train_language_model,
+    window_losses,
 )
 
 
@@ -51,6 +52,21 @@ def test_estimate_loss_is_deterministic_and_restores_mode():
     a = estimate_loss(model, ids, 10, batch_size=4, max_batches=3)
     assert model.training and a == estimate_loss(model, ids, 10, batch_size=4, max_batches=3)
     assert math.isclose(estimate_loss(model, ids, 10), estimate_loss(model, ids, 10, batch_size=7), rel_tol=1e-5)
+
+
+def test_window_losses_are_one_per_window_and_average_to_the_loss():
+    torch.manual_seed(0)
+    model = MLPLanguageModel(5, 2)
+    ids = torch.randint(0, 5, (501,), generator=torch.Generator().manual_seed(1))
+    model.train()
+    losses = window_losses(model, ids, 10, batch_size=7)  # 50 windows of 10 targets
+    assert losses.shape == (50,) and model.training
+    assert math.isclose(losses.mean().item(), estimate_loss(model, ids, 10), rel_tol=1e-5)
+    x, y = ids[20:30], ids[21:31]  # the third window, by hand
+    with torch.no_grad():
+        model.eval()
+        third = torch.nn.functional.cross_entropy(model(x[None])[0], y).item()
+    assert math.isclose(losses[2].item(), third, rel_tol=1e-5)
 
 
 def test_training_rejects_zero_steps():
