@@ -1,8 +1,9 @@
 """The MLP language model of Bengio, Ducharme, Vincent and Jauvin (2003).
 
 Embed each of the last ``c`` tokens, concatenate the ``c`` vectors, pass them through one
-tanh hidden layer, and output logits over the vocabulary. The first neural language model,
-and the first to share what it learns about a token across all contexts (the embedding).
+tanh hidden layer, and output logits over the vocabulary. The first widely cited neural
+probabilistic language model with learned word embeddings: what it learns about a token is shared
+across all contexts.
 """
 
 from __future__ import annotations

@@ -6,11 +6,14 @@ starts with one call, :func:`start`, and prints what it got.
 
 from __future__ import annotations
 
+import math
 import os
 import random
+import statistics
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -181,3 +184,25 @@ def start(seed: int = 1337) -> None:
         f"torch {torch.__version__} | device: {get_device().type} | "
         f"budget: {budget()} | seed: {seed}" + (f" | threads: {threads}" if os.environ.get(THREADS_ENV) else "")
     )
+
+
+def seconds_per_call(fn: Callable[[], object], timings: int = 7, at_least: float = 0.05) -> float:
+    """The median time of one call of ``fn``, measured as notebook 04 teaches: a warm-up call, then
+    ``timings`` timings, each repeating ``fn`` until it lasts ``at_least`` seconds (so the clock's
+    resolution and Python's overhead are negligible), and the median of them (one disturbed timing
+    cannot move it far). For a number to print, never to assert: it depends on the machine and its
+    load. Time on one thread (``torch.set_num_threads(1)``) when the machine may be busy."""
+    if timings < 1 or at_least <= 0:
+        raise ValueError(f"need timings >= 1 and at_least > 0, got {timings} and {at_least}")
+    fn()  # warm-up
+    started = time.perf_counter()
+    fn()
+    once = time.perf_counter() - started
+    calls = max(1, math.ceil(at_least / once)) if once > 0 else 1000
+    per_call = []
+    for _ in range(timings):
+        started = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per_call.append((time.perf_counter() - started) / calls)
+    return statistics.median(per_call)

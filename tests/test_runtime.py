@@ -95,3 +95,31 @@ def test_evaluating_restores_the_mode_it_found_also_after_an_error():
 def test_model_device_is_where_the_parameters_live():
     assert runtime.model_device(torch.nn.Linear(2, 2)) == torch.device("cpu")
     assert runtime.model_device(torch.nn.Linear(2, 2, device="meta")) == torch.device("meta")
+
+
+def test_seconds_per_call_is_the_median_of_repeated_timings(monkeypatch):
+    """A fake clock that advances 0.01 s per call and 1 s once: the median ignores the outlier."""
+    now, calls = [0.0], [0]
+
+    def fn():
+        calls[0] += 1
+        now[0] += 1.0 if calls[0] == 10 else 0.01  # one disturbed call, inside the third timing
+
+    monkeypatch.setattr(runtime.time, "perf_counter", lambda: now[0])
+    assert runtime.seconds_per_call(fn, timings=7, at_least=0.05) == pytest.approx(0.01)
+    assert calls[0] == 2 + 7 * 5  # warm-up, one to size the repeats, then 7 timings of 5 calls
+    with pytest.raises(ValueError, match="timings >= 1"):
+        runtime.seconds_per_call(fn, timings=0)
+
+
+def test_kernel_paths_are_those_torch_reports(monkeypatch):
+    picked = {"default": "DEFAULT", "avx2": "AVX2", "avx512": "AVX2"}  # no AVX-512: falls back
+
+    def fake_run(args, env, **kwargs):
+        class Done:
+            stdout = picked[env[runtime.KERNELS_ENV]] + "\n"
+
+        return Done()
+
+    monkeypatch.setattr(runtime.subprocess, "run", fake_run)
+    assert runtime.cpu_kernel_paths() == ["default", "avx2"]
