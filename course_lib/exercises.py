@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from .attention import causal_mask, scaled_dot_product_attention, softmax
 from .data import SlidingWindowDataset
+from .evaluation import paired_difference
 from .generation import filter_logits
 from .instruct import collate, format_prompt
 from .model import GPTConfig, parameter_formula
@@ -603,6 +604,30 @@ def _lora_cases() -> list[Case]:
         Case((x, w, b, a, torch.zeros(5, 2), 16.0, 2), "B = 0: exactly the frozen layer"),
         Case((x, w, b, a, bb, 16.0, 2), "rank 2, alpha 16: the update is scaled by 8"),
         Case((x, w, b, a, bb, 2.0, 2), "alpha = r: scale 1"),
+    ]
+
+
+def _paired_difference(a: list[int], b: list[int]) -> tuple[float, float, float]:
+    result = paired_difference(a, b)
+    return result.difference, result.low, result.high
+
+
+@exercise(
+    "paired-difference",
+    reference=_paired_difference,
+    hint="take d = a[i] - b[i] for every item; the difference is the mean of d, its interval the mean "
+    "± 1.96 × (standard deviation of d, divided by n - 1) / sqrt(n). Not the two accuracies' own spreads: "
+    "pairing is the point",
+)
+def _paired_cases() -> list[Case]:
+    g = _seeded(15)
+    a = (torch.rand(200, generator=g) < 0.7).int()
+    flip = torch.rand(200, generator=g) < 0.15  # B answers like A on most items
+    b = torch.where(flip, 1 - a, a)
+    return [
+        Case(([1, 1, 0, 1, 0], [0, 1, 0, 0, 0]), "A alone right on two of five items"),
+        Case(([1, 0, 1, 1], [1, 0, 1, 1]), "the same answers: no difference and no spread"),
+        Case((a.tolist(), b.tolist()), "200 items; the two agree on most of them"),
     ]
 
 

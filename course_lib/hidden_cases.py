@@ -356,6 +356,20 @@ def _lora() -> list[Case]:
     ]
 
 
+@hidden("paired-difference")
+def _paired() -> list[Case]:
+    g = _g(19)
+    a = (torch.rand(1000, generator=g) < 0.4).int().tolist()
+    b = [1 - x if k % 7 == 0 else x for k, x in enumerate(a)]
+    return [
+        Case(([0, 1, 0, 0, 1, 0], [1, 1, 1, 0, 1, 1]), "B better: a negative difference"),
+        Case(([1, 0] * 6, [0, 1] * 6), "they disagree on every item, half each way"),
+        Case(([1] * 30 + [0] * 20, [1] * 25 + [0] * 25), "A right wherever B is, and on 5 more"),
+        Case((a, b), "1,000 items, one in seven answered the other way"),
+        Case(([1.0, 0.5, 0.0, 1.0], [0.5, 0.5, 0.5, 0.0]), "scores that are not 0 or 1: the same rule"),
+    ]
+
+
 # == 11 · Instruction fine-tuning ==========================================================
 
 

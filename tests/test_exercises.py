@@ -403,6 +403,36 @@ MISTAKES["lora-forward"] = [
 ]
 
 
+def paired(a, b):
+    d = [x - y for x, y in zip(a, b)]
+    n, mean = len(d), sum(d) / len(d)
+    half = 1.96 * math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n)
+    return mean, mean - half, mean + half
+
+
+def unpaired(a, b):  # each accuracy's own spread, as if the items were different ones
+    pa, pb, n = sum(a) / len(a), sum(b) / len(b), len(a)
+    half = 1.96 * math.sqrt(pa * (1 - pa) / n + pb * (1 - pb) / n)
+    return pa - pb, pa - pb - half, pa - pb + half
+
+
+SOLUTIONS["paired-difference"] = paired
+MISTAKES["paired-difference"] = [
+    unpaired,  # the overlap-style interval: ignores that the items are shared
+    lambda a, b: tuple(-x for x in paired(a, b)[::-1]),  # B - A
+    lambda a, b: (
+        lambda m, lo, hi: (
+            m,
+            m - (m - lo) * math.sqrt((len(a) - 1) / len(a)),
+            m + (hi - m) * math.sqrt((len(a) - 1) / len(a)),
+        )
+    )(*paired(a, b)),  # divides by n
+    lambda a, b: (lambda m, lo, hi: (m, m - (m - lo) * math.sqrt(len(a)), m + (hi - m) * math.sqrt(len(a))))(
+        *paired(a, b)
+    ),  # the spread of one item, not of the mean
+]
+
+
 # == 11 · Instruction fine-tuning ==========================================================
 
 
