@@ -192,11 +192,13 @@ class PairedDifference:
 
     @property
     def a_better(self) -> bool:
-        return self.low > 0
+        """The interval lies above 0 (and, for right/wrong items, McNemar's p is below 0.05: with few
+        disagreements the normal interval is too narrow, and the exact test guards it)."""
+        return self.low > 0 and (self.a_only is None or self.p_value < 0.05)
 
     @property
     def b_better(self) -> bool:
-        return self.high < 0
+        return self.high < 0 and (self.a_only is None or self.p_value < 0.05)
 
     def __str__(self) -> str:
         return f"{self.difference:+.3f} [{self.low:+.3f}, {self.high:+.3f}], p = {self.p_value:.2g}, n = {self.n:,}"
@@ -221,8 +223,8 @@ def paired_difference(a: Sequence[float], b: Sequence[float], z: float = 1.96) -
     ± z · standard error over the items. Pairing is what makes it sharp: an item that is easy (or
     hard) for both cancels out, so only the items where they disagree count. The p-value is
     McNemar's exact test for right/wrong scores, else the normal approximation of the same
-    interval. Say "A is better" only when the interval excludes 0 (``a_better``); otherwise
-    these n items cannot tell the two apart."""
+    interval. Say "A is better" only when the interval excludes 0 (``a_better``; for right/wrong
+    items McNemar's p must be below 0.05 too); otherwise these n items cannot tell the two apart."""
     if len(a) != len(b):
         raise ValueError(f"paired scores need one score of each system per item, got {len(a)} and {len(b)} scores")
     n = len(a)

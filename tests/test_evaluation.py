@@ -100,6 +100,14 @@ def test_a_paired_difference_by_hand():
     assert str(result) == "+0.400 [-0.080, +0.880], p = 0.5, n = 5"
 
 
+def test_with_few_disagreements_the_exact_test_guards_the_interval():
+    a, b = [1] * 4 + [0] * 12, [0] * 16  # 16 items, A alone right on 4: the normal interval is too narrow
+    result = paired_difference(a, b)
+    assert result.low > 0 and result.p_value == pytest.approx(2 / 2**4)
+    assert not result.a_better
+    assert paired_difference([1] * 6 + [0] * 10, [0] * 16).a_better  # 6 to 0: p = 0.03
+
+
 def test_overlapping_intervals_can_hide_a_real_difference():
     """The course's old rule, "overlapping intervals are level", fails here: 60% against 50% of 200
     items, intervals overlapping, and A right on every item B gets right."""
