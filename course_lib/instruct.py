@@ -218,9 +218,10 @@ def add_special_tokens(model: GPT, tokenizer, names: Sequence[str]):
     """``(model, tokenizer)`` with new special tokens (e.g. chat role markers) at new ids after
     the vocabulary; the embedding (and the tied LM head) grows by one row each.
 
-    A new row starts at the mean of the existing embeddings, not at random: the model's output
-    on the old tokens is unchanged, and the new token's logit starts at the average logit instead
-    of an arbitrary one, so training begins from a sensible place (Hewitt, 2021).
+    A new row starts at the mean of the existing embeddings, not at random: the logits of the old
+    tokens are unchanged, and the new token's logit starts at the mean logit, so it takes only a
+    small share of the probability (the distribution over the old tokens barely moves), where a
+    random row could give it any share at all (Hewitt, 2021).
     """
     taken = [n for n in names if n in tokenizer.special_tokens]
     if taken:
