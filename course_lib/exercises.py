@@ -616,7 +616,8 @@ def _paired_difference(a: list[int], b: list[int]) -> tuple[float, float, float]
     "paired-difference",
     reference=_paired_difference,
     hint="take d = a[i] - b[i] for every item; the difference is the mean of d, its interval the mean "
-    "± 1.96 × (standard deviation of d, divided by n - 1) / sqrt(n). Not the two accuracies' own spreads: "
+    "± 1.96 × s / sqrt(n), where s is the sample standard deviation of d (squared deviations summed, "
+    "divided by n - 1: statistics.stdev, or numpy's std with ddof=1). Not the two accuracies' own spreads: "
     "pairing is the point",
 )
 def _paired_cases() -> list[Case]:
