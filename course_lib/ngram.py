@@ -115,12 +115,17 @@ class NGramLanguageModel:
         keys = context_key * self.vocab_size + torch.arange(self.vocab_size)  # (V,)
         return self._probabilities(keys, max_order=n_ctx + 1).float()
 
-    def cross_entropy(self, ids: Sequence[int] | torch.Tensor) -> float:
-        """Mean negative log-likelihood (nats per token) of each token after the first n-1."""
+    def token_losses(self, ids: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        """(len(ids) - n + 1,) the negative log-likelihood (nats) of each token after the first n-1:
+        one number per position, to compare with another model on the same positions."""
         ids = self._as_ids(ids)
         if len(ids) < self.order:
             raise ValueError(f"need at least {self.order} tokens to evaluate, got {len(ids)}")
-        return -self._probabilities(self._keys(ids)).log().mean().item()
+        return -self._probabilities(self._keys(ids)).log()
+
+    def cross_entropy(self, ids: Sequence[int] | torch.Tensor) -> float:
+        """Mean negative log-likelihood (nats per token) of each token after the first n-1."""
+        return self.token_losses(ids).mean().item()
 
     def perplexity(self, ids: Sequence[int] | torch.Tensor) -> float:
         """exp(cross-entropy): the model is as unsure as a fair die with this many faces."""

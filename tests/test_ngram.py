@@ -37,6 +37,10 @@ def test_bigram_known_values_and_cross_entropy():
     # Evaluate on [0, 1, 0]: P(1|0) = 2/3, P(0|1) = 1.
     assert model.cross_entropy([0, 1, 0]) == pytest.approx(-(math.log(2 / 3) + math.log(1.0)) / 2)
     assert model.perplexity([0, 1, 0]) == pytest.approx(math.exp(model.cross_entropy([0, 1, 0])))
+    # One loss per position after the first: -log P(1|0), -log P(0|1).
+    assert model.token_losses([0, 1, 0]).tolist() == pytest.approx([-math.log(2 / 3), 0.0])
+    with pytest.raises(ValueError, match="need at least 2 tokens to evaluate, got 1"):
+        model.token_losses([0])
 
 
 def test_unseen_pair_without_smoothing_has_infinite_loss_and_smoothing_fixes_it():
