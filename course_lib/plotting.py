@@ -361,7 +361,7 @@ def draw_transformer_block(ax: Axes | None = None) -> Axes:
 
 
 def draw_rope_rotation(m: int = 3, n: int = 1, theta: float = 0.45, ax: Axes | None = None) -> Axes:
-    """One pair of dimensions: q rotated by mθ, k by nθ; the angle between them is (m − n)θ."""
+    """One pair of dimensions: q rotated by mθ, k by nθ; the angle between them changes by (m − n)θ."""
     if ax is None:
         _, ax = plt.subplots(figsize=(5.2, 5.2))
     q0, k0 = (1.0, 0.25), (0.8, -0.35)
@@ -371,8 +371,8 @@ def draw_rope_rotation(m: int = 3, n: int = 1, theta: float = 0.45, ax: Axes | N
         return (c * v[0] - s * v[1], s * v[0] + c * v[1])
 
     for vec, label, colour, style, dy in [
-        (q0, "q", "#7c3aed", ":", 0.06),
-        (k0, "k", "#ea580c", ":", -0.08),
+        (q0, "q before rotation", "#7c3aed", ":", 0.06),
+        (k0, "k before rotation", "#ea580c", ":", -0.08),
         (rotate(q0, m * theta), f"q at position m={m}", "#7c3aed", "-", 0.06),
         (rotate(k0, n * theta), f"k at position n={n}", "#ea580c", "-", -0.12),
     ]:
@@ -383,7 +383,7 @@ def draw_rope_rotation(m: int = 3, n: int = 1, theta: float = 0.45, ax: Axes | N
     ax.set_ylim(-1.3, 1.3)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title("RoPE on one pair: q turns by mθ, k by nθ;\nq·k depends on the angle between them, (m − n)θ")
+    ax.set_title("RoPE on one pair: q turns by mθ, k by nθ; the angle\nbetween them is their first angle + (m − n)θ")
     return ax
 
 
