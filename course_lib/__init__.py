@@ -35,13 +35,8 @@ checks that the two agree. One module per idea:
 - ``plotting``       the figures and token colourings the notebooks show
 - ``widgets``        interactive explorers and the chat widget (ipywidgets)
 - ``exercises``      self-checks for the exercises at the end of each notebook
-- ``hidden_cases``   the demo set of hidden cases, larger and nastier than the visible ones (students can read it)
-- ``grading``        grade a class's notebooks: exercises checked outside the student's kernel
-- ``submissions``    a student's notebook read without running it: which course notebook, which cells
-- ``sandbox``        processes a student cannot climb out of: a supervisor and, on Linux, namespaces
-- ``student_process`` what runs in the sandbox: the cells, the exercise calls, plain values sent back
-- ``scoring``        the cases (demo set or the instructor's file), the expected answers, the comparison
-- ``gradebook``      grades.csv, feedback files and records, written as grading goes; resuming
+- ``grading``        the instructors' grader (a package): a class's notebooks graded outside the
+                     students' kernels, in a sandbox, against hidden cases; grades.csv and feedback
 """
 
 __version__ = "0.1.0"
