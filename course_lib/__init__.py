@@ -1,12 +1,12 @@
 """course_lib: the tested building blocks of *Transformers from Scratch*.
 
 Each notebook builds an idea by hand, then imports the clean version from here and
-checks that the two agree. One module per idea:
+checks that the two agree. One module (or package) per idea:
 
 - ``runtime``        device choice, seeding, threads, the training budget; eval mode, a model's device
 - ``files``          atomic writes, checksums, cached downloads (every file course_lib writes)
-- ``tokenization``   character, word and byte-level BPE tokenizers; GPT-2's encoding offline
-- ``tokenizer_files`` GPT-2 / Hugging Face ``vocab.json`` + ``merges.txt`` read and written
+- ``tokenization``   character, word and byte-level BPE tokenizers, BPE training, GPT-2's encoding
+                     offline, tokenizer files (a package, one module for each)
 - ``data``           the offline corpus (shipped), public corpora, splits, sliding windows
 - ``ngram``          count-based n-gram language models, the first baseline
 - ``mlp_lm``         the MLP language model of Bengio et al. (2003)
