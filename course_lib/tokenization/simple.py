@@ -2,9 +2,9 @@
 
 Both keep the vocabulary as a list (id -> token) and a dict (token -> id) and share the interface
 every tokenizer of the course has (``encode``, ``decode``, ``vocab_size``). A character tokenizer
-never meets an unknown character of its training text but makes long sequences; a word tokenizer
-makes short ones but needs ``[UNK]`` for every word it never saw. Byte-level BPE
-(:mod:`course_lib.tokenization.bpe`) sits between the two.
+has a small vocabulary but makes long sequences, and refuses a character its training text lacked;
+a word tokenizer makes short sequences from a large vocabulary, with ``[UNK]`` for every word it
+never saw. Byte-level BPE (:mod:`course_lib.tokenization.bpe`) sits between the two.
 """
 
 from __future__ import annotations
