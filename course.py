@@ -10,7 +10,7 @@ full one; ``test --gpu`` runs every notebook on your GPU (CUDA or MPS) with all 
 Extra arguments after ``--`` go to pytest (``python3 course.py test -- -k bpe``).
 ``grade`` writes ``DIR/grades.csv`` and a feedback file per student as each is graded, and resumes
 where it stopped when run again (``--regrade`` starts over); ``grade --export-cases FILE`` writes
-hidden cases of your own to start from (see course_lib/grading.py and the README).
+hidden cases of your own to start from (see course_lib/grading/ and the README).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ os.environ.update(COURSE_BUDGET="ci", COURSE_DEVICE="cpu", PYTHONHASHSEED="0")
 
 from test_exercises import SOLUTIONS  # noqa: E402
 
-from course_lib import grading, submissions  # noqa: E402
+from course_lib.grading import grader, submissions  # noqa: E402
 
 
 def make_class(folder: Path, students: int) -> list[Path]:
@@ -52,7 +52,7 @@ def make_class(folder: Path, students: int) -> list[Path]:
 
 def grade(folder: Path, out: Path, jobs: int | None, every_cell: bool) -> tuple[float, list]:
     start = time.perf_counter()
-    reports = grading.grade_class([folder], out, jobs=jobs, timeout=300, every_cell=every_cell, log=lambda s: None)
+    reports = grader.grade_class([folder], out, jobs=jobs, timeout=300, every_cell=every_cell, log=lambda s: None)
     return time.perf_counter() - start, reports
 
 

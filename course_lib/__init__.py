@@ -1,12 +1,12 @@
 """course_lib: the tested building blocks of *Transformers from Scratch*.
 
 Each notebook builds an idea by hand, then imports the clean version from here and
-checks that the two agree. One module per idea:
+checks that the two agree. One module (or package) per idea:
 
 - ``runtime``        device choice, seeding, threads, the training budget; eval mode, a model's device
 - ``files``          atomic writes, checksums, cached downloads (every file course_lib writes)
-- ``tokenization``   character, word and byte-level BPE tokenizers; GPT-2's encoding offline
-- ``tokenizer_files`` GPT-2 / Hugging Face ``vocab.json`` + ``merges.txt`` read and written
+- ``tokenization``   character, word and byte-level BPE tokenizers, BPE training, GPT-2's encoding
+                     offline, tokenizer files (a package, one module for each)
 - ``data``           the offline corpus (shipped), public corpora, splits, sliding windows
 - ``ngram``          count-based n-gram language models, the first baseline
 - ``mlp_lm``         the MLP language model of Bengio et al. (2003)
@@ -35,13 +35,8 @@ checks that the two agree. One module per idea:
 - ``plotting``       the figures and token colourings the notebooks show
 - ``widgets``        interactive explorers and the chat widget (ipywidgets)
 - ``exercises``      self-checks for the exercises at the end of each notebook
-- ``hidden_cases``   the demo set of hidden cases, larger and nastier than the visible ones (students can read it)
-- ``grading``        grade a class's notebooks: exercises checked outside the student's kernel
-- ``submissions``    a student's notebook read without running it: which course notebook, which cells
-- ``sandbox``        processes a student cannot climb out of: a supervisor and, on Linux, namespaces
-- ``student_process`` what runs in the sandbox: the cells, the exercise calls, plain values sent back
-- ``scoring``        the cases (demo set or the instructor's file), the expected answers, the comparison
-- ``gradebook``      grades.csv, feedback files and records, written as grading goes; resuming
+- ``grading``        the instructors' grader (a package): a class's notebooks graded outside the
+                     students' kernels, in a sandbox, against hidden cases; grades.csv and feedback
 """
 
 __version__ = "0.1.0"

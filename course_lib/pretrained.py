@@ -27,8 +27,7 @@ from safetensors.torch import load_file
 from .checkpoints import load_model
 from .files import cache_folder, download
 from .model import GPT, GPTConfig, load_weights
-from .tokenization import GPT2_SPLIT_PATTERN, SMOLLM_SPLIT_PATTERN, BPETokenizer, tokenizer_from_dict
-from .tokenizer_files import from_gpt2_text
+from .tokenization import GPT2_SPLIT_PATTERN, SMOLLM_SPLIT_PATTERN, BPETokenizer, from_gpt2_text, tokenizer_from_dict
 
 ASSETS = Path(__file__).parent / "assets"
 MODEL_PATH = ASSETS / "course_gpt.safetensors"

@@ -27,11 +27,11 @@ import pytest
 from test_exercises import MISTAKES, SOLUTIONS
 
 from course_lib.exercises import EXERCISES, _same
-from course_lib.gradebook import Gradebook, NotebookReport
-from course_lib.hidden_cases import HIDDEN
-from course_lib.sandbox import ProtocolError, Sandbox, isolation
-from course_lib.scoring import Answers, Grade, export_cases, load_cases
-from course_lib.submissions import find_checks, plan
+from course_lib.grading.gradebook import Gradebook, NotebookReport
+from course_lib.grading.hidden_cases import HIDDEN
+from course_lib.grading.sandbox import ProtocolError, Sandbox, isolation
+from course_lib.grading.scoring import Answers, Grade, export_cases, load_cases
+from course_lib.grading.submissions import find_checks, plan
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "04_self_attention.ipynb"
@@ -136,7 +136,7 @@ def test_check_calls_are_found_and_left_out():
 
 def sandboxed(tmp_path, code):
     """A sandbox running the Python ``code`` (with ``send`` and ``CHANNEL_FD`` imported)."""
-    prelude = "import os, signal, time\nfrom course_lib.sandbox import send, CHANNEL_FD\n"
+    prelude = "import os, signal, time\nfrom course_lib.grading.sandbox import send, CHANNEL_FD\n"
     return Sandbox([sys.executable, "-c", prelude + code], cwd=tmp_path, env=ENV)
 
 
@@ -307,7 +307,7 @@ def my_attention(q, k, v):
     return torch.empty(2**32)  # 16 GiB
 """
 FLOODS = """
-from course_lib.sandbox import CHANNEL_FD, send
+from course_lib.grading.sandbox import CHANNEL_FD, send
 while True:  # reports that would keep the grader waiting for ever
     send(CHANNEL_FD, {"event": "cell", "position": 0, "error": None})
 """

@@ -2,25 +2,58 @@
 and the model importing nothing but its layers."""
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
 import course_lib
 
 PACKAGE = Path(course_lib.__file__).parent
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+
+
+def module_name(path: Path) -> str:
+    """``grading/grader.py`` -> ``grading.grader``; a package by its own name (``grading/__init__.py`` ->
+    ``grading``, course_lib's own ``__init__.py`` -> ``""``)."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+PATHS = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+MODULES = sorted(m for m in PATHS if m)
+SUBPACKAGES = sorted(m for m in MODULES if PATHS[m].name == "__init__.py")
+TOP_LEVEL = [m for m in MODULES if "." not in m]
 
 
 def imports_of(module: str) -> set[str]:
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
-    return {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1}
+    """The modules of course_lib that ``module`` imports (``from . import x`` and ``from course_lib.x``)."""
+    path = PATHS[module]
+    package = module.split(".")[: None if path.name == "__init__.py" else -1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        named = node.module.split(".") if node.module else []
+        if node.level:
+            base = package[: len(package) + 1 - node.level] + named
+        elif named[:1] == ["course_lib"]:
+            base = named[1:]
+        else:
+            continue
+        for alias in node.names:  # a name imported from a package may be one of its modules
+            name = ".".join([*base, alias.name])
+            found.add(name if name in PATHS else ".".join(base))
+    return found
 
 
-def test_the_package_docstring_and_the_readme_list_every_module():
+def test_the_package_docstrings_and_the_readme_list_every_module():
     listed = re.findall(r"^- ``(\w+)``", course_lib.__doc__, re.M)
-    assert listed == [m for m in listed if m in MODULES] and sorted(listed) == MODULES
+    assert listed == [m for m in listed if m in TOP_LEVEL] and sorted(listed) == TOP_LEVEL
+    for package in SUBPACKAGES:
+        doc = importlib.import_module(f"course_lib.{package}").__doc__
+        unnamed = [m for m in MODULES if m.startswith(f"{package}.") and m.rpartition(".")[2] not in doc]
+        assert not unnamed, f"course_lib.{package}'s docstring does not name {unnamed}"
     readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
-    missing = [m for m in MODULES if f"{m}.py" not in readme]
+    missing = [m for m in MODULES if (f"{m}/" if m in SUBPACKAGES else f"{m.rpartition('.')[2]}.py") not in readme]
     assert not missing, f"README's layout does not mention {missing}"
 
 
@@ -41,4 +74,5 @@ def test_no_import_circles():
 
 def test_the_model_imports_only_its_layers_and_nothing_imports_the_command_line():
     assert imports_of("model") <= {"attention", "layers", "positional"}
-    assert not [m for m in MODULES if "train" in imports_of(m)], "only `python -m course_lib.train` uses train.py"
+    for command_line in ("train", "grading.__main__"):
+        assert not [m for m in MODULES if command_line in imports_of(m)], f"only `python -m` runs {command_line}"

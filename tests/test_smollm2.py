@@ -20,7 +20,7 @@ from course_lib.pretrained import (
     smollm2_path,
 )
 from course_lib.tokenization import train_bpe
-from course_lib.tokenizer_files import BYTE_TO_UNICODE
+from course_lib.tokenization.tokenizer_files import BYTE_TO_UNICODE
 
 transformers = pytest.importorskip("transformers")  # test-only dependency (requirements-test.txt)
 gguf = pytest.importorskip("gguf")

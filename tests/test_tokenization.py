@@ -12,11 +12,12 @@ from course_lib.tokenization import (
     TokenizerFileError,
     WordTokenizer,
     get_pair_counts,
+    load_gpt2_files,
     merge_pair,
+    save_gpt2_files,
     train_bpe,
     train_bpe_naive,
 )
-from course_lib.tokenizer_files import load_gpt2_files, save_gpt2_files
 
 HARD_STRINGS = [
     "",
@@ -71,9 +72,9 @@ def test_gpt2_encoding_known_values(tiktoken_gpt2):
 
 
 def test_damaged_rank_file_is_refused(monkeypatch):
-    monkeypatch.setattr(tk, "GPT2_RANKS_SHA256", "0" * 64)
+    monkeypatch.setattr(tk.gpt2, "GPT2_RANKS_SHA256", "0" * 64)
     with pytest.raises(TokenizerFileError, match="SHA-256"):
-        tk.load_gpt2_ranks()
+        tk.gpt2.load_gpt2_ranks()
 
 
 def test_course_encoder_matches_tiktoken_on_whole_corpus(corpus, course_gpt2, tiktoken_gpt2):
@@ -142,7 +143,7 @@ def test_training_is_deterministic_and_frequency_ordered(corpus):
     b = train_bpe(text, 300)
     assert a.merges == b.merges
     # The first merge is the most frequent adjacent byte pair inside the pre-split chunks.
-    chunks = tk._pretokenize(text, tk.GPT2_SPLIT_PATTERN)
+    chunks = tk.bpe._pretokenize(text, tk.GPT2_SPLIT_PATTERN)
     counts = Counter()
     for chunk in chunks:
         get_pair_counts(list(chunk), counts)

@@ -18,8 +18,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from .exercises import EXERCISES, _show
-from .files import sha256_file, write_atomically
+from ..exercises import EXERCISES, _show
+from ..files import sha256_file, write_atomically
 from .scoring import STATUSES, Grade
 
 COLUMNS = ("notebook", "exercise", "status", "cases_passed", "cases_total", "feedback")

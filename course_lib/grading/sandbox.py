@@ -1,9 +1,9 @@
 """Run code nobody trusts in processes it cannot climb out of: a supervisor per run and, on Linux,
 namespaces of its own.
 
-``Sandbox(command, ...)`` starts ``python -m course_lib.sandbox``, the *supervisor*, in a session of
-its own; the supervisor starts ``command`` and reports how it ended (one JSON line on its standard
-output). The command talks back through a channel of length-prefixed frames on file descriptor
+``Sandbox(command, ...)`` starts ``python -m course_lib.grading.sandbox``, the *supervisor*, in a
+session of its own; the supervisor starts ``command`` and reports how it ended (one JSON line on its
+standard output). The command talks back through a channel of length-prefixed frames on file descriptor
 ``CHANNEL_FD`` (:func:`send`), which a thread of the starter reads and checks before anything uses it.
 
 What the command can reach with process ids (signals, ptrace, ``/proc``), by platform:
@@ -135,7 +135,7 @@ class Sandbox:
         config = {"channel": channel_w, "lifeline": lifeline_r, "memory": memory_bytes, "file": file_bytes}
         try:
             self._supervisor = subprocess.Popen(
-                [sys.executable, "-m", "course_lib.sandbox", json.dumps(config), *command],
+                [sys.executable, "-m", "course_lib.grading.sandbox", json.dumps(config), *command],
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.PIPE,
@@ -265,7 +265,7 @@ def isolation() -> tuple[str, str]:
     return ending.isolation, ending.detail
 
 
-# == the supervisor's side (python -m course_lib.sandbox CONFIG COMMAND...) ===================
+# == the supervisor's side (python -m course_lib.grading.sandbox CONFIG COMMAND...) ===========
 
 
 def _report(**fields) -> None:

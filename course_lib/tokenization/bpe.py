@@ -1,37 +1,24 @@
-"""Tokenizers: text -> integer ids -> text.
+"""The byte-level BPE tokenizer: text -> bytes -> merged tokens, with tiktoken's ids.
 
-Three tokenizers of increasing power, all with the same small interface
-(``encode``, ``decode``, ``vocab_size``):
-
-- :class:`CharTokenizer`: one id per character seen in the training text.
-- :class:`WordTokenizer`: one id per word, with special tokens ``[PAD] [UNK] [BOS] [EOS]``.
-- :class:`BPETokenizer`: byte-level byte-pair encoding, trained from scratch by
-  :func:`train_bpe` (fast, incremental) or :func:`train_bpe_naive` (the textbook loop),
-  or loaded with GPT-2's own merge ranks by :func:`gpt2_tokenizer`.
-
-:func:`gpt2_encoding` gives tiktoken's GPT-2 encoding without a network connection, built from
-the rank file that ships in ``course_lib/assets`` (see ``gpt2.tiktoken.LICENSE`` there).
+:class:`BPETokenizer` holds a vocabulary (id -> bytes), ranked merges, a pre-split pattern and
+special tokens. It is trained by :mod:`course_lib.tokenization.bpe_training`, built from GPT-2's
+ranks by :mod:`course_lib.tokenization.gpt2`, or read from files trained elsewhere by
+:mod:`course_lib.tokenization.tokenizer_files`; it saves itself in a small versioned text format.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import heapq
 import json
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 
 import regex
 
-from .files import write_atomically
+from ..files import write_atomically
 
 # GPT-2's pre-split pattern, character for character as tiktoken writes it: contractions,
 # letters with an optional leading space, numbers, punctuation runs, and whitespace.
 GPT2_SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
-ENDOFTEXT = "<|endoftext|>"
 
 # SmolLM2's pre-split (llama.cpp's "smollm"; Hugging Face's Digits(individual_digits=True) then
 # ByteLevel): every digit is a chunk of its own, and GPT-2's pattern runs on the text between
@@ -40,169 +27,11 @@ ENDOFTEXT = "<|endoftext|>"
 # "a", "   ", "1", "2", exactly as running GPT-2's pattern on "a   " would).
 SMOLLM_SPLIT_PATTERN = r"""\p{N}|'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?[^\s\p{L}\p{N}]++|\s++(?=\p{N}|$)|\s+(?!\S)|\s"""
 
-GPT2_RANKS_FILE = "gpt2.tiktoken"
-GPT2_RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
-GPT2_VOCAB_SIZE = 50257
-
 BPE_FILE_HEADER = "course_lib-bpe v1"
 
 
 class TokenizerFileError(ValueError):
     """A saved tokenizer file is corrupted, truncated or of an unknown version."""
-
-
-# --------------------------------------------------------------------------------------
-# Character and word tokenizers
-# --------------------------------------------------------------------------------------
-
-
-def _check_ids(ids: Iterable[int], vocab_size: int) -> list[int]:
-    ids = [int(i) for i in ids]
-    for i in ids:
-        if not 0 <= i < vocab_size:
-            raise ValueError(f"token id {i} is outside the vocabulary (valid ids are 0..{vocab_size - 1})")
-    return ids
-
-
-class CharTokenizer:
-    """One token per character; the vocabulary is the sorted set of characters seen."""
-
-    def __init__(self, chars: Sequence[str]):
-        if len(set(chars)) != len(chars):
-            raise ValueError("the character vocabulary contains duplicates")
-        self.itos = list(chars)
-        self.stoi = {ch: i for i, ch in enumerate(self.itos)}
-
-    @classmethod
-    def from_text(cls, text: str) -> CharTokenizer:
-        return cls(sorted(set(text)))
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.itos)
-
-    def encode(self, text: str) -> list[int]:
-        try:
-            return [self.stoi[ch] for ch in text]
-        except KeyError as err:
-            raise ValueError(
-                f"character {err.args[0]!r} is not in the vocabulary; build the tokenizer from a text that contains it"
-            ) from None
-
-    def decode(self, ids: Iterable[int]) -> str:
-        return "".join(self.itos[i] for i in _check_ids(ids, self.vocab_size))
-
-
-WORD_PATTERN = r"\w+|[^\w\s]"
-"""Words are runs of letters/digits; every punctuation mark is a word of its own."""
-
-PAD, UNK, BOS, EOS = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
-WORD_SPECIALS = (PAD, UNK, BOS, EOS)
-
-
-class WordTokenizer:
-    """One token per word, plus special tokens; unknown words map to ``[UNK]`` if it exists."""
-
-    def __init__(self, vocab: Sequence[str], unk_token: str | None = UNK):
-        if len(set(vocab)) != len(vocab):
-            raise ValueError("the word vocabulary contains duplicates")
-        if unk_token is not None and unk_token not in vocab:
-            raise ValueError(f"unk_token {unk_token!r} is not in the vocabulary")
-        self.itos = list(vocab)
-        self.stoi = {w: i for i, w in enumerate(self.itos)}
-        self.unk_token = unk_token
-
-    @staticmethod
-    def split(text: str) -> list[str]:
-        """``"Hello, world!"`` -> ``['Hello', ',', 'world', '!']``."""
-        return regex.findall(WORD_PATTERN, text)
-
-    @classmethod
-    def from_text(
-        cls,
-        text: str,
-        min_count: int = 1,
-        max_size: int | None = None,
-        specials: Sequence[str] = WORD_SPECIALS,
-        unk_token: str | None = UNK,
-    ) -> WordTokenizer:
-        """Specials first, then words by decreasing frequency (ties alphabetically)."""
-        counts = Counter(cls.split(text))
-        words = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
-        vocab = list(specials) + [w for w in words if w not in specials]
-        if max_size is not None:
-            vocab = vocab[:max_size]
-        return cls(vocab, unk_token=unk_token if unk_token in vocab else None)
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.itos)
-
-    def token_id(self, token: str) -> int:
-        if token not in self.stoi:
-            raise ValueError(f"token {token!r} is not in the vocabulary")
-        return self.stoi[token]
-
-    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        ids = [self.token_id(BOS)] if add_bos else []
-        for word in self.split(text):
-            if word in self.stoi:
-                ids.append(self.stoi[word])
-            elif self.unk_token is not None:
-                ids.append(self.stoi[self.unk_token])
-            else:
-                raise ValueError(
-                    f"word {word!r} is not in the vocabulary and this tokenizer has no "
-                    "unknown token; build it with unk_token='[UNK]'"
-                )
-        if add_eos:
-            ids.append(self.token_id(EOS))
-        return ids
-
-    def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
-        words = [self.itos[i] for i in _check_ids(ids, self.vocab_size)]
-        if skip_special:
-            words = [w for w in words if w not in WORD_SPECIALS]
-        # No space before punctuation: "world !" -> "world!".
-        return regex.sub(r" ([^\w\s\[])", r"\1", " ".join(words))
-
-
-# --------------------------------------------------------------------------------------
-# Byte-pair encoding: the two pure functions everything else is built from
-# --------------------------------------------------------------------------------------
-
-
-def get_pair_counts(ids: Sequence[int], counts: Counter | None = None) -> Counter:
-    """Count adjacent pairs: ``[1, 2, 3, 1, 2]`` -> ``{(1, 2): 2, (2, 3): 1, (3, 1): 1}``."""
-    counts = Counter() if counts is None else counts
-    counts.update(zip(ids, ids[1:]))
-    return counts
-
-
-def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    """Replace each non-overlapping occurrence of ``pair``, left to right, by ``new_id``.
-
-    ``merge_pair([5, 6, 6, 7, 6, 6], (6, 6), 99)`` -> ``[5, 99, 7, 99]``.
-    """
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and ids[i] == pair[0] and ids[i + 1] == pair[1]:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
-
-
-def _num_merges(vocab_size: int, special_tokens: Sequence[str]) -> int:
-    n_special = len(special_tokens)
-    if vocab_size < 256 + n_special:
-        raise ValueError(
-            f"vocab_size={vocab_size} is too small: a byte-level BPE needs the 256 byte tokens"
-            f" plus {n_special} special token(s), so at least {256 + n_special}"
-        )
-    return vocab_size - 256 - n_special
 
 
 def _pretokenize(text: str, pattern: str | None, special_tokens: Sequence[str] = ()) -> list[bytes]:
@@ -213,130 +42,6 @@ def _pretokenize(text: str, pattern: str | None, special_tokens: Sequence[str] =
         parts = regex.split("|".join(regex.escape(s) for s in sorted(special_tokens, key=len, reverse=True)), text)
     chunks = [c for part in parts for c in ([part] if pattern is None else regex.findall(pattern, part))]
     return [c.encode("utf-8") for c in chunks if c]
-
-
-def _training_chunks(text: str, pattern: str | None, special_tokens: Sequence[str]) -> list[bytes]:
-    chunks = _pretokenize(text, pattern, special_tokens)
-    if not chunks:
-        raise ValueError("there is no text to train on: the training text is empty (or holds only special tokens)")
-    return chunks
-
-
-def _best_pair(counts: Counter, vocab: list[bytes], known: set[bytes]) -> tuple[int, int] | None:
-    """Most frequent pair; ties go to the smallest ids, so training is order-independent.
-
-    A pair whose concatenation is already a token is never merged again (it would add a
-    duplicate entry to the vocabulary).
-    """
-    candidates = [p for p, c in counts.items() if c > 0 and vocab[p[0]] + vocab[p[1]] not in known]
-    if not candidates:
-        return None
-    return max(candidates, key=lambda p: (counts[p], -p[0], -p[1]))
-
-
-def train_bpe_naive(
-    text: str,
-    vocab_size: int,
-    pattern: str | None = GPT2_SPLIT_PATTERN,
-    special_tokens: Sequence[str] = (),
-) -> BPETokenizer:
-    """The textbook loop: count every pair, merge the most frequent one, repeat.
-
-    Clear but slow: each merge recounts the whole corpus. :func:`train_bpe` learns the same
-    merges by updating only the counts a merge changes.
-    """
-    num_merges = _num_merges(vocab_size, special_tokens)
-    chunks = [list(c) for c in _training_chunks(text, pattern, special_tokens)]
-    vocab = [bytes([b]) for b in range(256)]
-    known = set(vocab)
-    merges: list[tuple[int, int]] = []
-    for _ in range(num_merges):
-        counts = Counter()
-        for ids in chunks:
-            get_pair_counts(ids, counts)
-        pair = _best_pair(counts, vocab, known)
-        if pair is None:
-            break  # every chunk is a single token: nothing left to merge
-        new_id = len(vocab)
-        chunks = [merge_pair(ids, pair, new_id) for ids in chunks]
-        merges.append(pair)
-        vocab.append(vocab[pair[0]] + vocab[pair[1]])
-        known.add(vocab[-1])
-    return _trained(merges, pattern, special_tokens)
-
-
-def train_bpe(
-    text: str,
-    vocab_size: int,
-    pattern: str | None = GPT2_SPLIT_PATTERN,
-    special_tokens: Sequence[str] = (),
-) -> BPETokenizer:
-    """Learn BPE merges from ``text``; same merges as :func:`train_bpe_naive`, much faster.
-
-    Three ideas make it fast: identical chunks are processed once (weighted by their count);
-    an index remembers which chunks contain each pair, so a merge touches only those; and a
-    heap with lazy deletion finds the most frequent pair without scanning all of them.
-    """
-    num_merges = _num_merges(vocab_size, special_tokens)
-    chunk_counts = Counter(_training_chunks(text, pattern, special_tokens))
-    words = [list(chunk) for chunk in chunk_counts]
-    freqs = list(chunk_counts.values())
-
-    counts: Counter = Counter()
-    where: dict[tuple[int, int], set[int]] = {}
-    for w, ids in enumerate(words):
-        for pair in zip(ids, ids[1:]):
-            counts[pair] += freqs[w]
-            where.setdefault(pair, set()).add(w)
-    heap = [(-c, a, b) for (a, b), c in counts.items()]
-    heapq.heapify(heap)
-
-    vocab = [bytes([b]) for b in range(256)]
-    known = set(vocab)
-    merges: list[tuple[int, int]] = []
-    while len(merges) < num_merges and heap:
-        neg, a, b = heapq.heappop(heap)
-        pair = (a, b)
-        if counts.get(pair, 0) != -neg or -neg <= 0:
-            continue  # stale entry: the count changed after it was pushed
-        merged = vocab[a] + vocab[b]
-        if merged in known:
-            continue  # see _best_pair: never merge into an existing token
-        new_id = len(vocab)
-        changed: set[tuple[int, int]] = set()
-        for w in sorted(where.pop(pair)):
-            ids, f = words[w], freqs[w]
-            old_pairs = list(zip(ids, ids[1:]))
-            if pair not in old_pairs:
-                continue
-            for p in old_pairs:
-                counts[p] -= f
-                changed.add(p)
-            ids = words[w] = merge_pair(ids, pair, new_id)
-            for p in zip(ids, ids[1:]):
-                counts[p] += f
-                changed.add(p)
-                where.setdefault(p, set()).add(w)
-        for p in changed:
-            if counts[p] > 0:
-                heapq.heappush(heap, (-counts[p], p[0], p[1]))
-            else:
-                del counts[p]
-        merges.append(pair)
-        vocab.append(merged)
-        known.add(merged)
-    return _trained(merges, pattern, special_tokens)
-
-
-def _trained(merges: list[tuple[int, int]], pattern: str | None, special_tokens: Sequence[str]) -> BPETokenizer:
-    """Special tokens get the ids right after the learned tokens."""
-    first = 256 + len(merges)
-    return BPETokenizer.from_merges(merges, pattern, {s: first + k for k, s in enumerate(special_tokens)})
-
-
-# --------------------------------------------------------------------------------------
-# The tokenizer
-# --------------------------------------------------------------------------------------
 
 
 class BPETokenizer:
@@ -350,7 +55,7 @@ class BPETokenizer:
 
     Built by :func:`train_bpe` (:meth:`from_merges`), from a vocabulary and merges trained
     elsewhere (:meth:`from_vocab`; Hugging Face's ``vocab.json`` + ``merges.txt`` through
-    :mod:`course_lib.tokenizer_files`) or from tiktoken-style ranks (:meth:`from_ranks`).
+    :mod:`course_lib.tokenization.tokenizer_files`) or from tiktoken-style ranks (:meth:`from_ranks`).
     """
 
     def __init__(
@@ -667,72 +372,3 @@ class BPETokenizer:
             f"special_tokens={self.special_tokens}, "
             f"pattern={'GPT-2' if self.pattern == GPT2_SPLIT_PATTERN else self.pattern!r})"
         )
-
-
-# --------------------------------------------------------------------------------------
-# GPT-2's encoding, offline
-# --------------------------------------------------------------------------------------
-
-
-def load_gpt2_ranks() -> dict[bytes, int]:
-    """GPT-2's 50,256 mergeable tokens and their ranks (= ids), from the shipped file.
-
-    The file is ``whisper/assets/gpt2.tiktoken`` from the ``openai-whisper`` source
-    distribution (MIT licence); its SHA-256 is checked so a damaged copy fails loudly.
-    """
-    data = resources.files("course_lib").joinpath("assets", GPT2_RANKS_FILE).read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != GPT2_RANKS_SHA256:
-        raise TokenizerFileError(
-            f"course_lib/assets/{GPT2_RANKS_FILE} has SHA-256 {digest}, expected "
-            f"{GPT2_RANKS_SHA256}; reinstall course_lib to restore it"
-        )
-    ranks = {}
-    for line in data.splitlines():
-        token, rank = line.split()
-        ranks[base64.b64decode(token)] = int(rank)
-    return ranks
-
-
-def gpt2_encoding():
-    """tiktoken's GPT-2 encoding (50,257 tokens), built from the shipped ranks.
-
-    ``tiktoken.get_encoding("gpt2")`` downloads two files on first use; this gives the
-    identical encoding without a network connection, every time.
-    """
-    import tiktoken
-
-    return tiktoken.Encoding(
-        name="gpt2",
-        pat_str=GPT2_SPLIT_PATTERN,
-        mergeable_ranks=load_gpt2_ranks(),
-        special_tokens={ENDOFTEXT: GPT2_VOCAB_SIZE - 1},
-        explicit_n_vocab=GPT2_VOCAB_SIZE,
-    )
-
-
-def gpt2_tokenizer() -> BPETokenizer:
-    """The course's own BPE encoder with GPT-2's vocabulary and merges (recovered from the
-    shipped ranks): the same ids as tiktoken."""
-    return BPETokenizer.from_ranks(load_gpt2_ranks(), {ENDOFTEXT: GPT2_VOCAB_SIZE - 1})
-
-
-# --------------------------------------------------------------------------------------
-# A tokenizer inside a model file
-# --------------------------------------------------------------------------------------
-
-
-def tokenizer_to_dict(tokenizer: BPETokenizer | CharTokenizer) -> dict:
-    """The tokenizer as JSON-ready data, to store inside a model file."""
-    if isinstance(tokenizer, CharTokenizer):
-        return {"kind": "char", "chars": tokenizer.itos}
-    return {"kind": "bpe", "text": tokenizer.dumps()}
-
-
-def tokenizer_from_dict(data: dict) -> BPETokenizer | CharTokenizer:
-    """The tokenizer :func:`tokenizer_to_dict` stored."""
-    if data.get("kind") == "char":
-        return CharTokenizer(data["chars"])
-    if data.get("kind") == "bpe":
-        return BPETokenizer.loads(data["text"], "the tokenizer stored in the model file")
-    raise TokenizerFileError(f"unknown kind of stored tokenizer {data.get('kind')!r}; expected 'bpe' or 'char'")

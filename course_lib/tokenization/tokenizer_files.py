@@ -1,10 +1,11 @@
-"""Tokenizer files written by others, read into (and written from) the course's BPE.
+"""Tokenizers in files: those written by others, read into (and written from) the course's BPE, and
+a tokenizer stored inside a course model file.
 
 GPT-2 and Hugging Face store a byte-level BPE as ``vocab.json`` (token text -> id) and
 ``merges.txt`` (one merge per line, in rank order), with every byte written as a printable
 character (GPT-2's byte-to-text table: ``"Ġworld"`` is ``b" world"``). GGUF files keep the same
 text form in their ``tokenizer.ggml.*`` fields. This module translates that form; the tokenizer
-itself (:class:`~course_lib.tokenization.BPETokenizer`) knows nothing of it, as minbpe keeps its
+itself (:class:`~course_lib.tokenization.bpe.BPETokenizer`) knows nothing of it, as minbpe keeps its
 GPT-4 compatibility in a file of its own.
 """
 
@@ -14,8 +15,9 @@ import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .files import write_atomically
-from .tokenization import GPT2_SPLIT_PATTERN, BPETokenizer, TokenizerFileError
+from ..files import write_atomically
+from .bpe import GPT2_SPLIT_PATTERN, BPETokenizer, TokenizerFileError
+from .simple import CharTokenizer
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -103,3 +105,22 @@ def from_gpt2_text(
         else:
             special[text] = i
     return BPETokenizer.from_vocab(vocab, pairs, special, pattern)
+
+
+# == a tokenizer inside a course model file =================================================
+
+
+def tokenizer_to_dict(tokenizer: BPETokenizer | CharTokenizer) -> dict:
+    """The tokenizer as JSON-ready data, to store inside a model file."""
+    if isinstance(tokenizer, CharTokenizer):
+        return {"kind": "char", "chars": tokenizer.itos}
+    return {"kind": "bpe", "text": tokenizer.dumps()}
+
+
+def tokenizer_from_dict(data: dict) -> BPETokenizer | CharTokenizer:
+    """The tokenizer :func:`tokenizer_to_dict` stored."""
+    if data.get("kind") == "char":
+        return CharTokenizer(data["chars"])
+    if data.get("kind") == "bpe":
+        return BPETokenizer.loads(data["text"], "the tokenizer stored in the model file")
+    raise TokenizerFileError(f"unknown kind of stored tokenizer {data.get('kind')!r}; expected 'bpe' or 'char'")

@@ -1,36 +1,11 @@
-"""Grade a class: every student's exercises, checked where the student's code cannot reach the checker.
+"""The grader: one student's notebook run in the sandbox, replayed without a cell that killed its
+process, and scored; a class graded several notebooks at a time, each written down when it is done.
 
-``python3 course.py grade PATH... [--out DIR] [--cases FILE]`` (or ``python -m course_lib.grading``)
-grades student copies of the course notebooks. How one notebook is graded, and where each part lives:
-
-1. **Which notebook is it, which cells matter?** (:mod:`course_lib.submissions`) Found by its cells:
-   the exercises its ``check("name", fn)`` calls name, else the markdown cells it shares with a course
-   notebook. File names do not matter. Only each exercise's cell and the earlier cells that bind or
-   change a name it reads will run (``--every-cell``: all of them), so training, plots and explorers
-   cannot fail or hang; the statements that call ``check(...)`` are left out.
-2. **The answers come first.** (:mod:`course_lib.scoring`) Before any student code runs, this process
-   builds every case of every exercise (the visible ones of ``exercises.py`` and the hidden ones of
-   ``--cases FILE``, by default the shipped demo set that students can read) and computes the expected
-   answers with the reference solutions.
-3. **The student's code runs where nothing escapes.** (:mod:`course_lib.sandbox`,
-   :mod:`course_lib.student_process`) A fresh Python process under a supervisor of its own (on Linux,
-   in its own user, PID and mount namespaces) runs those cells with the CI training budget, a memory
-   and a file-size limit, output discarded and writes outside its folder refused; after an exercise's
-   cell it calls the function on the cases' *inputs* and sends back plain tensors and values.
-4. **This process compares** (:mod:`course_lib.scoring`) with the checker's own comparison, so a
-   student who redefines ``check``, patches ``course_lib`` or torch, or prints "passed" changes nothing.
-5. **Each result is written when it is known** (:mod:`course_lib.gradebook`): a stopped run, run
-   again, grades only the notebooks still missing (``--regrade`` starts over).
-
-A bad notebook costs one student: a cell that raises is noted and the next cells still run; a cell or
-an exercise that runs past ``--timeout`` is interrupted (its exercise is ``timeout``); a process that
-dies, or is killed by its own code, is charged to the cell or exercise it was running, and a new one
-replays the notebook without that cell. Several notebooks are graded in parallel (``--jobs``).
+How the parts fit, and what a bad notebook costs, is told in :mod:`course_lib.grading`.
 """
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import shutil
@@ -45,10 +20,10 @@ from typing import Any
 
 import torch
 
-from .exercises import EXERCISES
-from .gradebook import Gradebook, NotebookReport, summary_table
+from ..exercises import EXERCISES
+from .gradebook import Gradebook, NotebookReport
 from .sandbox import ProtocolError, Sandbox, isolation
-from .scoring import Answers, CaseSet, Grade, Interruption, export_cases, load_cases, read_result, score, unfinished
+from .scoring import Answers, CaseSet, Grade, Interruption, load_cases, read_result, score, unfinished
 from .student_process import MAX_RETURNED
 from .submissions import COURSE_NOTEBOOKS, CourseNotebook, Plan, course_notebooks, identify, plan, read_notebook
 
@@ -128,7 +103,7 @@ class _Notebook:
         buffer = io.BytesIO()
         torch.save(job, buffer)
         box = Sandbox(
-            [sys.executable, "-m", "course_lib.student_process"],
+            [sys.executable, "-m", "course_lib.grading.student_process"],
             cwd=work,
             env=child_environment(self.threads, work),
             stdin=buffer.getvalue(),
@@ -264,7 +239,7 @@ def grade_notebook(
     every_cell: bool = False,
     cancel: threading.Event | None = None,
 ) -> NotebookReport:
-    """Grade one student's notebook (see the module's docstring); never raises for a bad notebook."""
+    """Grade one student's notebook (see the package's docstring); never raises for a bad notebook."""
     label = label or str(path)
     start = time.perf_counter()
     try:
@@ -369,57 +344,3 @@ def grade_class(
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     return book.all_reports()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="course.py grade", description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="*", help="student notebooks, or folders of them")
-    parser.add_argument("--out", default="grades", help="folder for grades.csv and feedback/ (default: grades)")
-    parser.add_argument("--cases", help="your hidden cases (a file from --export-cases); default: the demo set")
-    parser.add_argument("--export-cases", metavar="FILE", help="write the demo set, new seed, to FILE and stop")
-    parser.add_argument("--regrade", action="store_true", help="grade every notebook again, even those in --out")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per cell and per exercise (default 60)")
-    parser.add_argument("--jobs", type=int, default=None, help="notebooks graded at once (default: half the cores)")
-    parser.add_argument(
-        "--every-cell", action="store_true", help="run every code cell, not only those the exercises depend on"
-    )
-    parser.add_argument("--memory", type=float, default=6.0, help="GiB of memory per notebook (default 6)")
-    args = parser.parse_args(argv)
-    if not args.paths and not args.export_cases:
-        parser.error("give student notebooks or folders of them (or --export-cases FILE)")
-    try:
-        if args.export_cases:
-            path = export_cases(args.export_cases)
-            print(f"wrote {path}: change or add cases, keep it from students, grade with --cases {path}")
-            return 0
-        cases = load_cases(args.cases)
-    except (OSError, ValueError) as err:  # a file that is there, one that is not, one that is not cases
-        parser.error(str(err))
-    start = time.perf_counter()
-    try:
-        reports = grade_class(
-            args.paths,
-            args.out,
-            timeout=args.timeout,
-            jobs=args.jobs,
-            memory_gb=args.memory,
-            every_cell=args.every_cell,
-            cases=cases,
-            regrade=args.regrade,
-        )
-    except KeyboardInterrupt:
-        print(f"\nstopped; every finished grade is in {Path(args.out) / 'grades.csv'}: run the same command to go on")
-        return 130
-    if not reports:
-        print("no notebooks found under " + ", ".join(args.paths))
-        return 2
-    print()
-    print(summary_table(reports))
-    took = time.perf_counter() - start
-    print(f"\n{len(reports)} notebooks in {took:.0f} s; grades in {Path(args.out) / 'grades.csv'}, ", end="")
-    print(f"feedback in {Path(args.out) / 'feedback'}/")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 calls ``check(...)``, and which of its code cells the exercises need.
 
 Nothing here runs the student's code: cells are parsed (IPython's magics rewritten first) and the
-names they bind and read decide what :mod:`course_lib.grading` sends to the student's process.
+names they bind and read decide what :mod:`course_lib.grading.grader` sends to the student's process.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-COURSE_NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+COURSE_NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def read_notebook(path: Path) -> list[dict]:

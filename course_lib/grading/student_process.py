@@ -1,12 +1,13 @@
 """The student's process: run one notebook's cells and call its exercise functions, inside the sandbox.
 
-Started by the grader as ``python -m course_lib.student_process`` under :mod:`course_lib.sandbox`
-(which already set the memory and file-size limits). It reads the job from its standard input
-(the cells to run, where each exercise is checked, the cases' inputs: never the expected answers),
-refuses writes, deletes and new processes outside its working folder (an audit hook), and reports on
-``sandbox.CHANNEL_FD``: which step starts (so that a death can be charged to it), how each cell
-ended, and what each exercise function returned, as plain tensors and values only. Nothing here is
-trusted by the grader: a student's cell can patch any of it, and the grader checks every report.
+Started by the grader as ``python -m course_lib.grading.student_process`` under
+:mod:`course_lib.grading.sandbox` (which already set the memory and file-size limits). It reads the job
+from its standard input (the cells to run, where each exercise is checked, the cases' inputs: never the
+expected answers), refuses writes, deletes and new processes outside its working folder (an audit
+hook), and reports on ``sandbox.CHANNEL_FD``: which step starts (so that a death can be charged to it),
+how each cell ended, and what each exercise function returned, as plain tensors and values only.
+Nothing here is trusted by the grader: a student's cell can patch any of it, and the grader checks
+every report.
 """
 
 from __future__ import annotations

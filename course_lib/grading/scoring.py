@@ -4,7 +4,7 @@ student's function sent back, read safely and checked against them.
 The cases of an exercise are its visible ones (``exercises.py``, those ``check()`` shows in the
 notebook) and its hidden ones. The hidden ones come from a Python file that defines ``HIDDEN`` (exercise
 name -> a function building its cases). By default that is the course's demo set,
-``course_lib/hidden_cases.py``: it ships inside course_lib, so **students can read it**. For real
+``course_lib/grading/hidden_cases.py``: it ships inside course_lib, so **students can read it**. For real
 grades an instructor starts their own file with :func:`export_cases` (``course.py grade
 --export-cases FILE``: the demo set with a new random seed), changes or adds cases, keeps it from
 students, and grades with :func:`load_cases` (``--cases FILE``).
@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from .exercises import EXERCISES, Case, _same, _show
-from .files import sha256_file, write_atomically
+from ..exercises import EXERCISES, Case, _same, _show
+from ..files import sha256_file, write_atomically
 
 STATUSES = ("passed", "failed", "error", "timeout", "not attempted")
 DEMO_CASES = Path(__file__).with_name("hidden_cases.py")  # a course handed to students may leave it out
@@ -47,11 +47,12 @@ def load_cases(path: str | Path | None = None) -> CaseSet:
     shipped demo set when ``path`` is None. ValueError if the file names an exercise the course lacks."""
     if path is None:
         if not DEMO_CASES.exists():
-            raise FileNotFoundError("course_lib/hidden_cases.py is not here: grade with --cases FILE")
+            raise FileNotFoundError("course_lib/grading/hidden_cases.py is not here: grade with --cases FILE")
         from .hidden_cases import HIDDEN
 
         digest = sha256_file(DEMO_CASES)
-        return CaseSet(HIDDEN, "the shipped demo set, course_lib/hidden_cases.py, which students can read", digest)
+        origin = "the shipped demo set, course_lib/grading/hidden_cases.py, which students can read"
+        return CaseSet(HIDDEN, origin, digest)
     path = Path(path)
     digest = sha256_file(path)
     spec = importlib.util.spec_from_file_location(f"instructor_cases_{digest[:12]}", path)
@@ -76,7 +77,7 @@ def export_cases(path: str | Path) -> Path:
     seed = secrets.randbelow(10**9)
     source, changed = re.subn(r"^SEED = \d+", f"SEED = {seed}", DEMO_CASES.read_text(encoding="utf-8"), 1, re.M)
     if not changed:
-        raise RuntimeError("course_lib/hidden_cases.py has no 'SEED = ...' line to change")
+        raise RuntimeError("course_lib/grading/hidden_cases.py has no 'SEED = ...' line to change")
     head = (
         f"# Exported by `course.py grade --export-cases` from the course's demo set, with a new SEED ({seed}).\n"
         f"# Keep this file away from students, change or add cases, and grade with --cases {path.name}.\n"
