@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from course_lib.runtime import KERNELS_ENV, cpu_kernel_paths  # noqa: E402
 
+LOGS = ROOT / "runs" / "portability"  # ignored by git
 FAILED_CELL = re.compile(r"^FAILED \S+::(Cell \d+)", re.MULTILINE)
 
 
@@ -49,7 +50,11 @@ def run(notebook: Path, path: str, budget: str) -> tuple[str, float]:
     cells = FAILED_CELL.findall(result.stdout)
     errors = [line.strip() for line in result.stdout.splitlines() if "Error" in line and "Traceback" not in line]
     detail = "; ".join(dict.fromkeys(errors))[:600]
-    return ("FAILED " + ", ".join(cells) if cells else "FAILED") + (f" [{detail}]" if detail else ""), seconds
+    log = LOGS / f"{notebook.stem}-{path}-{budget}.log"  # the whole report, to read the cause
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(result.stdout + result.stderr)
+    where = f" (pytest's report: {log.relative_to(ROOT)})"
+    return ("FAILED " + ", ".join(cells) if cells else "FAILED") + (f" [{detail}]" if detail else "") + where, seconds
 
 
 def main(argv: list[str] | None = None) -> int:
