@@ -17,7 +17,8 @@ faster is to read fewer bytes: store each weight in 8 or 4 bits instead of 32.
   ``"fbgemm"`` (int8 weights and activations quantized on the fly, PyTorch's x86 int8 kernel),
   ``"int8pack"`` (int8 weights, bfloat16 activations) and ``"tinygemm"`` (int4 in groups, bfloat16
   activations). Which is really faster is measured, not assumed (notebook 14, benchmarks/inference.py).
-- :func:`weight_bytes` counts the bytes of weights a decoding step reads, for the floor.
+- :func:`weight_bytes` and :func:`cache_bytes` count the bytes a decoding step reads and
+  :func:`read_probe` measures how fast this machine reads them: their ratio is the floor.
 """
 
 from __future__ import annotations
@@ -315,3 +316,21 @@ def weight_bytes(model: nn.Module) -> int:
                     seen.add(key)
                     total += tensor.numel() * tensor.element_size()
     return total
+
+
+def cache_bytes(model: nn.Module, positions: float) -> float:
+    """Bytes of cached keys and values one sequence reads per step with ``positions`` tokens cached
+    (every layer's keys and values, its key/value heads only, in the embedding's dtype)."""
+    c = model.config
+    element = model.transformer.wte.weight.element_size()
+    return 2 * c.n_layers * c.kv_heads * c.head_dim * positions * element
+
+
+def read_probe(nbytes: int, device: torch.device | str = "cpu"):
+    """``(run, bytes)``: a run that reads about ``nbytes`` once, to time beside decoding: one
+    matrix-vector product over a float32 matrix of that size (the BLAS streams it faster than a sum
+    or a copy does), so ``bytes / seconds`` is the read bandwidth at that working set: from memory
+    for a model larger than the CPU's caches, from the caches for a small one."""
+    matrix = torch.ones(max(nbytes, 2**22) // 4096, 1024, device=device)  # (rows, 1024) float32
+    vector = torch.ones(1024, device=device)
+    return lambda: torch.mv(matrix, vector), matrix.numel() * 4

@@ -26,7 +26,7 @@ import torch
 
 from .generation import filter_logits
 from .model import GPT
-from .runtime import evaluating, model_device
+from .runtime import evaluating, model_device, seconds_per_call
 
 
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -195,6 +195,33 @@ def predicted_speedup(acceptance_rate: float, k: int, draft_cost: float, verify_
     by the cost of a pass, k draft steps (each ``draft_cost`` of a target step) plus the target's
     check of k + 1 positions (``verify_cost`` of a step: about 1 while reading the weights dominates)."""
     return expected_tokens_per_pass(acceptance_rate, k) / (k * draft_cost + verify_cost)
+
+
+@torch.no_grad()
+def step_costs(target: GPT, draft: GPT | None, prompt: Sequence[int], k: int) -> tuple[float, float]:
+    """``(draft_cost, verify_cost)`` in units of one decoding step of the target, after ``prompt``
+    is cached: a draft step (0 without a draft model, as for prompt lookup) and the target's pass over
+    k + 1 tokens. Timed with :func:`~course_lib.runtime.seconds_per_call`: numbers to print and to
+    put into :func:`predicted_speedup`, never to assert."""
+
+    def one_pass(model: GPT, n: int):
+        cache = model.new_cache()
+        model(torch.tensor([list(prompt)], device=model_device(model)), cache=cache)
+        ids = torch.full((1, n), int(prompt[-1]), device=model_device(model))  # (1, n): which tokens does not matter
+
+        def run() -> None:
+            model(ids, cache=cache)  # (1, n, V)
+            cache.truncate(len(prompt))  # back to the prompt for the next call
+
+        return run
+
+    with evaluating(target):
+        step = seconds_per_call(one_pass(target, 1), timings=5)
+        verify = seconds_per_call(one_pass(target, k + 1), timings=5)
+    if draft is None:
+        return 0.0, verify / step
+    with evaluating(draft):
+        return seconds_per_call(one_pass(draft, 1), timings=5) / step, verify / step
 
 
 def _probabilities(logits: torch.Tensor, sampling: dict) -> torch.Tensor:

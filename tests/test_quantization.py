@@ -14,6 +14,7 @@ from course_lib.quantization import (
     BF16Linear,
     Int4Linear,
     Int8Linear,
+    cache_bytes,
     dequantize_int4,
     dequantize_int8,
     fbgemm_available,
@@ -21,6 +22,7 @@ from course_lib.quantization import (
     quantize_int4,
     quantize_int8,
     quantize_model,
+    read_probe,
     relative_error,
     unpack_int4,
     weight_bytes,
@@ -248,6 +250,13 @@ def test_quantized_model_runs_on_the_meta_device(tiny_gpt):
         quantize_model(model, "int8", kernel="int8pack")
     with pytest.raises(ValueError, match="CPU one"):
         quantize_model(model, "int4", kernel="tinygemm")
+
+
+def test_cache_bytes_and_the_read_probe(tiny_gpt):
+    model = tiny_gpt(0, n_kv_heads=1)  # 2 layers, 1 key/value head of 16 dimensions
+    assert cache_bytes(model, 10) == 2 * 2 * 1 * 16 * 10 * 4
+    run, nbytes = read_probe(2**20)
+    assert nbytes >= 2**20 and run().shape == (nbytes // 4 // 1024,)
 
 
 # == bad input =============================================================================

@@ -19,6 +19,7 @@ from course_lib.speculative import (
     prompt_lookup,
     residual_distribution,
     speculative_generate,
+    step_costs,
 )
 
 SMALL = dict(vocab_size=12, context_length=48, n_layers=1, n_heads=2, d_model=16)
@@ -183,6 +184,13 @@ def test_sampling_with_a_fixed_seed_is_repeatable_and_stops_at_the_end(one_threa
         eos_id=runs[0][0],
     )
     assert out.count(runs[0][0]) <= 1 and (len(out) == 20 or out[-1] == runs[0][0])
+
+
+def test_step_costs_are_positive_numbers(one_thread):
+    target, draft = gpt(0, n_layers=2), gpt(1)
+    draft_cost, verify_cost = step_costs(target, draft, [1, 2, 3], 3)
+    assert draft_cost > 0 and verify_cost > 0
+    assert step_costs(target, None, [1, 2, 3], 3)[0] == 0.0  # prompt lookup: no model to run
 
 
 # == bad input =============================================================================
