@@ -132,7 +132,7 @@ def speed_and_quality(smol, tokenizer, args) -> dict:
 
 def speculative(smol, tokenizer, notes, models, args) -> None:
     print(f"\n== speculative decoding, greedy, float32 target, {args.spec_new} new tokens per prompt")
-    drafts = {"prompt lookup (k=4)": (None, 4), "SmolLM2 int4 (k=4)": (models["int4 g32, int8 head"], 4)}
+    drafts = {"prompt lookup (k=4)": (None, 4), "SmolLM2 int4 (k=6)": (models["int4 g32, int8 head"], 6)}
     encoded = [
         tokenizer.encode(
             apply_chat_template(notes["chat_template"], [{"role": "user", "content": p}]), allowed_special="all"
@@ -151,7 +151,7 @@ def speculative(smol, tokenizer, notes, models, args) -> None:
     }
     stats = {}
     for label, (model, k) in drafts.items():
-        outputs, stats[label] = [], []
+        stats[label] = []
         for ids, ref in zip(encoded, reference):
             draft = ModelDraft(model) if model is not None else PromptLookupDraft()
             out, st = speculative_generate(smol, draft, ids, args.spec_new, k=k, greedy=True, eos_id=eos)
@@ -166,9 +166,8 @@ def speculative(smol, tokenizer, notes, models, args) -> None:
         runs[label] = run
     median = alternate(runs, args.rounds)
     print("  every output is the target's greedy output, token for token")
-    print(
-        f"  {'draft':<22} {'accepted':>9} {'tok/pass':>9} {'draft c':>8} {'verify v':>9} {'predicted':>10} {'measured':>9} {'ratio':>6}"
-    )
+    header = f"{'accepted':>9} {'tok/pass':>9} {'draft c':>8} {'verify v':>9} {'predicted':>10} {'measured':>9}"
+    print(f"  {'draft':<22} {header} {'ratio':>6}")
     best = (0.0, 0.0)
     for label, (model, k) in drafts.items():
         sts = stats[label]
