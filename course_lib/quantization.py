@@ -150,9 +150,9 @@ class Int8Linear(nn.Module):
     """``nn.Linear`` with int8 weights, one scale per output channel (:func:`quantize_int8`).
 
     Kernels: ``"dequantize"`` rebuilds the float weight and multiplies (any device; the teaching
-    path); ``"fbgemm"`` quantizes the input too, per row, to 7-bit unsigned integers with a scale and
-    zero point, and multiplies int8 by uint8 in PyTorch's x86 kernel (the weights packed once, at
-    construction); ``"int8pack"`` keeps the input in bfloat16 and multiplies it by the int8 weight
+    path); ``"fbgemm"`` quantizes the input too, the whole input with one scale and zero point, to 7-bit
+    unsigned integers, and multiplies int8 by uint8 in PyTorch's x86 kernel (the weights packed once,
+    at construction); ``"int8pack"`` keeps the input in bfloat16 and multiplies it by the int8 weight
     (weight-only). ``"auto"``: int8pack on a CPU, else dequantize. fbgemm is faster, but its one
     scale for the whole input is one scale per token only when decoding; over a prompt, a few huge
     activations flatten the rest (notebook 14 measures both).
