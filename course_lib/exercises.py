@@ -764,7 +764,7 @@ def _checker_cases() -> list[Case]:
 
 
 @exercise(
-    "absmax-int8",
+    "int8-absmax",
     reference=quantize_int8,
     hint="one scale per ROW (output channel): scale = weight.abs().amax(dim=1) / 127; q = round(weight / "
     "scale[:, None]) clamped to [-127, 127], as torch.int8; a row of zeros would divide by 0: give it scale 1",

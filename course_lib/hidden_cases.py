@@ -481,7 +481,7 @@ def _addition_checker() -> list[Case]:
 # == 14 · Fast inference on a laptop =======================================================
 
 
-@hidden("absmax-int8")
+@hidden("int8-absmax")
 def _absmax() -> list[Case]:
     g = _g(22)
     return [

@@ -621,8 +621,8 @@ def absmax_int8(weight):
     return torch.round(weight.float() / scale[:, None]).clamp(-127, 127).to(torch.int8), scale
 
 
-SOLUTIONS["absmax-int8"] = absmax_int8
-MISTAKES["absmax-int8"] = [
+SOLUTIONS["int8-absmax"] = absmax_int8
+MISTAKES["int8-absmax"] = [
     lambda w: (
         torch.round(w / (w.abs().max() / 127)).to(torch.int8),
         (w.abs().max() / 127).expand(w.shape[0]),
