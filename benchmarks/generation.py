@@ -42,37 +42,9 @@ from reference import alternate
 
 from course_lib.generation import compiled_step, generate, generate_batch
 from course_lib.model import GPT, GPTConfig
+from course_lib.quantization import cache_bytes, read_probe, weight_bytes
 
 DEFAULT = dict(vocab_size=103, context_length=256, n_layers=6, n_heads=6, d_model=384)
-
-
-def read_probe(nbytes: int, device: torch.device):
-    """A run that reads ``nbytes`` once, to be timed beside decoding: one matrix-vector product
-    over a float32 matrix of that size (the BLAS streams it faster than a sum or a copy does),
-    so bytes / its time is this device's read bandwidth at that working set."""
-    matrix = torch.ones(max(nbytes, 2**22) // 4096, 1024, device=device)
-    vector = torch.ones(1024, device=device)
-    return lambda: torch.mv(matrix, vector), matrix.numel() * 4
-
-
-def weight_bytes(model: GPT) -> int:
-    """Bytes of weights a decoding step reads: each distinct parameter once, except the token
-    and position embedding tables, of which a step reads one row per token (unless the token
-    table is also the LM head, which reads all of it)."""
-    total = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
-    wte = model.transformer.wte.weight
-    if model.lm_head.weight is not wte:
-        total -= wte.numel() * wte.element_size()
-    if "wpe" in model.transformer:
-        total -= model.transformer.wpe.weight.numel() * model.transformer.wpe.weight.element_size()
-    return total
-
-
-def cache_bytes(model: GPT, positions: float) -> float:
-    """Bytes of cached keys and values one row reads per step at ``positions`` cached tokens."""
-    c = model.config
-    element = model.transformer.wte.weight.element_size()
-    return 2 * c.n_layers * c.kv_heads * c.head_dim * positions * element
 
 
 def matvec_run(model: GPT, batch: int, steps: int):

@@ -32,6 +32,8 @@ checks that the two agree. One module (or package) per idea:
 - ``preference``     preference pairs, sequence log-probabilities, the DPO loss and training
 - ``rl``             group sampling, group-relative advantages, the GRPO objective and training
 - ``cards``          model cards and datasheets; training FLOPs and energy
+- ``quantization``   int8 and int4 weights by hand, layers with fast CPU kernels, bytes read per step
+- ``speculative``    speculative decoding: the acceptance rule, prompt lookup, model drafts, the speed-up
 - ``plotting``       the figures and token colourings the notebooks show
 - ``widgets``        interactive explorers and the chat widget (ipywidgets)
 - ``exercises``      self-checks for the exercises at the end of each notebook

@@ -170,6 +170,17 @@ class Prepared:
     eos_id: int | None  # the end-of-text token between documents, if the tokenizer has one
 
 
+def split_text(text: str, val_fraction: float = 0.1) -> tuple[str, str]:
+    """``(train, validation)``: the last ``val_fraction`` of the text is validation, cut at the next
+    document boundary (an end-of-text marker) when there is one, never inside it. The course model
+    never trained on the validation part of the default corpus (``ENDOFTEXT.join(stdlib_docs())``),
+    which chapter 14 also uses as held-out text for SmolLM2."""
+    cut = int(len(text) * (1 - val_fraction))
+    if ENDOFTEXT in text:  # split between documents, never inside the end-of-text marker
+        cut = text.find(ENDOFTEXT, cut) if ENDOFTEXT in text[cut:] else cut
+    return text[:cut], text[cut:]
+
+
 def prepare_data(
     corpus: str = "stdlib-docs", tokenizer: str = "bpe", vocab_size: int = 1024, val_fraction: float = 0.1
 ) -> Prepared:
@@ -184,10 +195,7 @@ def prepare_data(
         text = ENDOFTEXT.join(stdlib_docs())
     else:
         text = load_corpus(corpus)
-    cut = int(len(text) * (1 - val_fraction))
-    if ENDOFTEXT in text:  # split between documents, never inside the end-of-text marker
-        cut = text.find(ENDOFTEXT, cut) if ENDOFTEXT in text[cut:] else cut
-    train_text, val_text = text[:cut], text[cut:]
+    train_text, val_text = split_text(text, val_fraction)
     if tokenizer == "char":
         tok = CharTokenizer.from_text(text)
         encode, eos_id = tok.encode, None

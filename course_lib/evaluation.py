@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -109,6 +109,21 @@ def _option_scores_after_cache(
         scores.append(total / len(option) if per_token else total)
     cache.truncate(start)
     return scores
+
+
+def multiple_choice_right(
+    model: GPT, tokenizer, questions: Sequence[dict], prompt_of: Callable[[str], str], per_token: bool = True
+) -> list[int]:
+    """Chapter 11's multiple choice, item by item: 1 where the option with the best
+    :func:`option_scores` after ``prompt_of(question)`` is the right one, else 0 (questions as
+    :func:`~course_lib.tasks.docs_multiple_choice` makes them). The list is what
+    :func:`paired_difference` compares two models (or two formats of one) with."""
+    right = []
+    for question in questions:
+        prompt = tokenizer.encode(prompt_of(question["question"]), allowed_special="all")
+        scores = option_scores(model, prompt, [tokenizer.encode(o) for o in question["options"]], per_token)
+        right.append(int(max(range(len(scores)), key=scores.__getitem__) == question["answer"]))
+    return right
 
 
 JUDGE_QUESTION = (

@@ -33,7 +33,9 @@ from .model import GPTConfig, parameter_formula
 from .positional import rope_interleaved, sinusoidal_encoding
 from .preference import dpo_loss
 from .prompting import few_shot_prompt, majority_vote
+from .quantization import quantize_int8
 from .rl import group_advantages
+from .speculative import prompt_lookup, residual_distribution
 from .tasks import addition_reward
 from .tokenization import get_pair_counts, merge_pair
 from .training import TrainConfig, lr_at
@@ -755,4 +757,50 @@ def _checker_cases() -> list[Case]:
         Case(("37+45=", "+28"), "a sign: wrong"),
         Case(("99+99=", "891"), "right: three digits"),
         Case(("3+4=", "seven"), "not a number: wrong"),
+    ]
+
+
+# == 14 · Fast inference on a laptop =======================================================
+
+
+@exercise(
+    "int8-absmax",
+    reference=quantize_int8,
+    hint="one scale per ROW (output channel): scale = weight.abs().amax(dim=1) / 127; q = round(weight / "
+    "scale[:, None]) clamped to [-127, 127], as torch.int8; a row of zeros would divide by 0: give it scale 1",
+)
+def _absmax_cases() -> list[Case]:
+    g = _seeded(16)
+    return [
+        Case((torch.tensor([[1.0, -2.0, 0.5], [0.25, 0.1, -0.05]]),), "two rows, each its own scale"),
+        Case((torch.randn(4, 8, generator=g) * 0.02,), "weights of a trained model's size"),
+        Case((torch.tensor([[0.0, 0.0], [3.0, -1.0]]),), "a row of zeros: scale 1, all q 0"),
+    ]
+
+
+@exercise(
+    "residual-distribution",
+    reference=residual_distribution,
+    hint="take max(0, p - q) element by element (clamp_min(0)), then divide by its sum over the last dim "
+    "(keepdim=True); when the sum is 0 (q == p) nothing is left over: return p",
+)
+def _residual_cases() -> list[Case]:
+    return [
+        Case((torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.5, 0.3])), "only the first token is left over"),
+        Case((torch.tensor([0.4, 0.4, 0.2]), torch.tensor([0.1, 0.2, 0.7])), "two tokens left over: renormalise"),
+        Case((torch.tensor([[0.7, 0.3], [0.5, 0.5]]), torch.tensor([[0.5, 0.5], [0.9, 0.1]])), "a batch of rows"),
+    ]
+
+
+@exercise(
+    "prompt-lookup",
+    reference=lambda ids, k: prompt_lookup(ids, k),
+    hint="for n = 3, 2, 1: take the last n tokens, search for their most recent EARLIER occurrence (starting "
+    "before the end), and return the (up to) k tokens that followed it; the longest n that occurs wins; [] if none",
+)
+def _lookup_cases() -> list[Case]:
+    return [
+        Case(([1, 2, 3, 4, 1, 2], 2), "'1 2' occurred at the start: copy what followed"),
+        Case(([1, 2, 3, 9, 2, 3, 7, 8, 2, 3], 3), "the most recent occurrence wins"),
+        Case(([1, 2, 3], 2), "nothing repeats: []"),
     ]

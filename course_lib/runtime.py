@@ -172,6 +172,21 @@ def configure_threads() -> int:
     return torch.get_num_threads()
 
 
+@contextmanager
+def threads(n: int) -> Iterator[None]:
+    """Run a block on ``n`` CPU threads, then restore the count, also when the block raises. Time on
+    one thread when the machine may be busy: with another process on a core, two threads wait on
+    each other (chapter 14 times its kernels this way)."""
+    if n < 1:
+        raise ValueError(f"need at least one thread, got {n}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def start(seed: int = 1337) -> None:
     """Set up a notebook: threads, seeds, the course's colour-blind-safe plot style, and one
     line saying what was chosen."""

@@ -121,6 +121,16 @@ def test_prepare_data_trains_the_tokenizer_on_training_text_with_document_ends()
         prepare_data(tokenizer="words")
 
 
+def test_split_text_cuts_at_a_document_end():
+    from course_lib.data import split_text
+    from course_lib.tokenization import ENDOFTEXT
+
+    text = ENDOFTEXT.join(["a" * 50, "b" * 30, "c" * 20])
+    train, val = split_text(text, 0.3)
+    assert train + val == text and val.startswith(ENDOFTEXT + "c") and train.endswith("b")
+    assert split_text("x" * 100, 0.25) == ("x" * 75, "x" * 25)  # no documents: the exact fraction
+
+
 def load_make_data_assets():
     spec = importlib.util.spec_from_file_location("make_data_assets", ROOT / "scripts" / "make_data_assets.py")
     module = importlib.util.module_from_spec(spec)

@@ -14,6 +14,7 @@ from course_lib.evaluation import (
     has_expected_form,
     holm,
     mcnemar_p,
+    multiple_choice_right,
     option_scores,
     paired_difference,
     per_item_mean,
@@ -52,6 +53,16 @@ def test_option_scores_are_log_probabilities_of_the_options():
     )  # one-token options: a probability distribution over the vocabulary
     with pytest.raises(ValueError, match="at least one token"):
         option_scores(model, prompt, [[4], []])
+
+
+def test_multiple_choice_right_picks_the_best_scored_option(course):
+    model, tokenizer, _ = course
+    options = [" statement", " value", " zzzz qqq"]
+    scores = option_scores(model, tokenizer.encode("The return:"), [tokenizer.encode(o) for o in options])
+    best = max(range(3), key=scores.__getitem__)
+    questions = [{"question": "The return", "options": options, "answer": answer} for answer in range(3)]
+    prompt_of = lambda question: question + ":"  # noqa: E731
+    assert multiple_choice_right(model, tokenizer, questions, prompt_of) == [int(a == best) for a in range(3)]
 
 
 @pytest.mark.parametrize("positional", ["learned", "rope"])

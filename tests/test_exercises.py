@@ -610,3 +610,71 @@ MISTAKES["addition-checker"] = [
     lambda p, a: 1.0 if a == _reversed_sum(p) else 0.0,  # no strip: ' 28\n' fails
     lambda p, a: 1.0 if a.strip() == _reversed_sum(p)[::-1] else 0.0,  # the usual order
 ]
+
+
+# == 14 · Fast inference on a laptop =======================================================
+
+
+def absmax_int8(weight):
+    absmax = weight.abs().amax(dim=1).float()
+    scale = torch.where(absmax > 0, absmax / 127, torch.ones_like(absmax))
+    return torch.round(weight.float() / scale[:, None]).clamp(-127, 127).to(torch.int8), scale
+
+
+SOLUTIONS["int8-absmax"] = absmax_int8
+MISTAKES["int8-absmax"] = [
+    lambda w: (
+        torch.round(w / (w.abs().max() / 127)).to(torch.int8),
+        (w.abs().max() / 127).expand(w.shape[0]),
+    ),  # one scale
+    lambda w: (torch.round(w / (w.abs().amax(0) / 127)).to(torch.int8), w.abs().amax(0) / 127),  # per column
+    lambda w: (
+        torch.trunc(w / (w.abs().amax(1, keepdim=True) / 127)).to(torch.int8),
+        w.abs().amax(1) / 127,
+    ),  # truncates
+    lambda w: (
+        torch.round(w / (w.abs().amax(1, keepdim=True) / 255)).to(torch.int8),
+        w.abs().amax(1) / 255,
+    ),  # 255 levels
+]
+
+
+def residual(p, q):
+    left = (p - q).clamp_min(0)
+    total = left.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, left / total.clamp_min(1e-30), p)
+
+
+SOLUTIONS["residual-distribution"] = residual
+MISTAKES["residual-distribution"] = [
+    lambda p, q: (p - q).clamp_min(0),  # not renormalised
+    lambda p, q: (p - q).abs() / (p - q).abs().sum(dim=-1, keepdim=True),  # |p - q| instead of max(0, p - q)
+    lambda p, q: (p - q).clamp_min(0) / (p - q).clamp_min(0).sum(),  # one sum over the whole batch
+    lambda p, q: p,  # draws from the target again: rejected tokens come back too often
+]
+
+
+def lookup(ids, k):
+    for n in range(min(3, len(ids) - 1), 0, -1):
+        for start in range(len(ids) - n - 1, -1, -1):
+            if ids[start : start + n] == ids[-n:]:
+                return ids[start + n : start + n + k]
+    return []
+
+
+def lookup_first(ids, k):  # the earliest occurrence instead of the most recent
+    for n in range(min(3, len(ids) - 1), 0, -1):
+        for start in range(len(ids) - n):
+            if ids[start : start + n] == ids[-n:]:
+                return ids[start + n : start + n + k]
+    return []
+
+
+SOLUTIONS["prompt-lookup"] = lookup
+MISTAKES["prompt-lookup"] = [
+    lookup_first,
+    lambda ids, k: next(  # only 1-grams
+        (ids[s + 1 : s + 1 + k] for s in range(len(ids) - 2, -1, -1) if ids[s] == ids[-1]), []
+    ),
+    lambda ids, k: lookup(ids, k)[:1],  # one token only
+]

@@ -123,3 +123,15 @@ def test_kernel_paths_are_those_torch_reports(monkeypatch):
 
     monkeypatch.setattr(runtime.subprocess, "run", fake_run)
     assert runtime.cpu_kernel_paths() == ["default", "avx2"]
+
+
+def test_threads_sets_and_restores_the_count():
+    before = torch.get_num_threads()
+    with runtime.threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), runtime.threads(1):
+        raise RuntimeError("inside")
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="at least one thread"), runtime.threads(0):
+        pass

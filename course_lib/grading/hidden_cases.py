@@ -476,3 +476,49 @@ def _addition_checker() -> list[Case]:
         Case(("12+34=", ""), "nothing: wrong"),
         Case(("99+1=", "001"), "a carry through every place"),
     ]
+
+
+# == 14 · Fast inference on a laptop =======================================================
+
+
+@hidden("int8-absmax")
+def _absmax() -> list[Case]:
+    g = _g(22)
+    return [
+        Case((torch.tensor([[127.0, -63.5, 0.5]]),), "halves round to even"),
+        Case((torch.randn(64, 96, generator=g) * 0.05,), "a (64, 96) matrix"),
+        Case((torch.randn(8, 6, generator=g).T.contiguous()[:, :5] * 3,), "a slice of a transposed matrix"),
+        Case((torch.zeros(3, 4),), "all zeros"),
+        Case((torch.randn(5, 7, generator=g, dtype=torch.float64),), "float64 weights: float32 scales"),
+        Case((torch.tensor([[1e-8, -3e-8], [1e6, 2.5e5]]),), "tiny and huge rows"),
+    ]
+
+
+@hidden("residual-distribution")
+def _residual() -> list[Case]:
+    g = _g(23)
+
+    def rows(n, v):
+        return torch.softmax(torch.randn(n, v, generator=g) * 2, dim=-1)
+
+    return [
+        Case((rows(6, 10), rows(6, 10)), "six rows of ten tokens"),
+        Case((torch.tensor([0.3, 0.7]), torch.tensor([0.3, 0.7])), "q == p: nothing left over, p itself"),
+        Case((torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.0])), "disjoint: all of p"),
+        Case((torch.tensor([0.2, 0.3, 0.5]), torch.tensor([0.0, 0.0, 1.0])), "a one-hot draft (prompt lookup)"),
+        Case((rows(2, 3).double(), rows(2, 3).double()), "float64"),
+    ]
+
+
+@hidden("prompt-lookup")
+def _lookup() -> list[Case]:
+    g = _g(24)
+    return [
+        Case(([5, 1, 2, 6, 9, 1, 2], 4), "k longer than what followed: up to the end"),
+        Case(([7, 3, 4, 8, 1, 3, 4], 1), "the 3-gram is new, the 2-gram is not"),
+        Case(([1, 2, 5, 1, 2, 6, 0, 1, 2], 2), "two earlier occurrences: the most recent"),
+        Case(([4, 4, 4], 2), "the match overlaps the end"),
+        Case(([1, 2, 1, 2], 0), "k = 0: nothing"),
+        Case(([9], 3), "one token: nothing to look up"),
+        Case((torch.randint(0, 6, (80,), generator=g).tolist(), 5), "80 random tokens of 6"),
+    ]

@@ -1,0 +1,336 @@
+"""Fewer bytes per weight: int8 and int4 weights written by hand, and the kernels that make them fast.
+
+Generating one token at a time multiplies every weight matrix by one vector: two operations per
+weight read from memory, far too few to keep a CPU's arithmetic busy. The time of a step is then
+about the bytes of the weights divided by the memory bandwidth (the *floor*), and the way to go
+faster is to read fewer bytes: store each weight in 8 or 4 bits instead of 32.
+
+- :func:`quantize_int8` is symmetric absmax quantization per output channel (one scale per row,
+  ``scale = max|w| / 127``, as llama.cpp's Q8_0 per block); :func:`quantize_int4` puts each group
+  of ``group_size`` inputs on 16 levels between its minimum and maximum (llama.cpp's Q4_1);
+  :func:`pack_int4` puts two 4-bit numbers in a byte. Each has its ``dequantize_*`` inverse: the
+  round trip shows the error.
+- :class:`Int8Linear`, :class:`Int4Linear` and :class:`BF16Linear` replace ``nn.Linear`` and
+  :func:`quantize_model` swaps them into a copy of a model. Each has a teaching kernel,
+  ``"dequantize"`` (rebuild the float weight, then multiply: correct on every device, and *slower*
+  than float32, because it writes a float copy of the weight at every call), and a fast one on a CPU:
+  ``"fbgemm"`` (int8 weights and activations quantized on the fly, PyTorch's x86 int8 kernel),
+  ``"int8pack"`` (int8 weights, bfloat16 activations) and ``"tinygemm"`` (int4 in groups, bfloat16
+  activations). Which is really faster is measured, not assumed (notebook 14, benchmarks/inference.py).
+- :func:`weight_bytes` and :func:`cache_bytes` count the bytes a decoding step reads and
+  :func:`read_probe` measures how fast this machine reads them: their ratio is the floor.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+INT8_KERNELS = ("dequantize", "fbgemm", "int8pack")
+INT4_KERNELS = ("dequantize", "tinygemm")
+MODES = ("float32", "bfloat16", "int8", "int4")
+
+
+def _check_weight(weight: torch.Tensor) -> None:
+    if not isinstance(weight, torch.Tensor) or weight.ndim != 2:
+        shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise ValueError(f"a weight matrix must be a 2-D (out_features, in_features) tensor, got {shape}")
+    if not weight.dtype.is_floating_point:
+        raise TypeError(f"only float weights can be quantized, got {weight.dtype}")
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, K) float weight -> (N, K) int8 values and (N,) float32 scales, one per output channel:
+    ``scale = max|w_row| / 127`` and ``q = round(w / scale)``, so the largest weight of each row
+    becomes ±127 and 0 stays exactly 0. A row of zeros gets scale 1 (all its q are 0)."""
+    _check_weight(weight)
+    absmax = weight.detach().abs().amax(dim=1).float()  # (N,)
+    scale = torch.where(absmax > 0, absmax / 127, torch.ones_like(absmax))  # (N,)
+    q = torch.round(weight.detach().float() / scale[:, None]).clamp(-127, 127).to(torch.int8)  # (N, K)
+    return q, scale
+
+
+def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """(N, K) int8 and (N,) scales -> the (N, K) float32 weight they stand for."""
+    return q.float() * scale[:, None]  # (N, K)
+
+
+def _groups(weight: torch.Tensor, group_size: int) -> torch.Tensor:
+    N, K = weight.shape
+    if group_size < 1 or K % group_size:
+        raise ValueError(
+            f"in_features={K} is not a multiple of group_size={group_size}: each group of consecutive inputs "
+            "shares a scale, so choose a group size that divides it (32 and 64 are usual)"
+        )
+    return weight.reshape(N, K // group_size, group_size)  # (N, K/G, G)
+
+
+def quantize_int4(weight: torch.Tensor, group_size: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(N, K) float weight -> (N, K) uint8 values in 0..15, and (N, K / group_size) float32 scales and
+    minima: every ``group_size`` consecutive inputs of a row share a grid of 16 levels from their
+    smallest to their largest weight, ``scale = (max - min) / 15`` and ``q = round((w - min) / scale)``.
+    Sixteen levels are too few for a whole row (one large weight would flatten the rest), so the grid
+    follows the weights group by group; it need not be symmetric, so all 16 levels are used (llama.cpp's
+    Q4_1 and PyTorch's int4 kernel store weights this way)."""
+    _check_weight(weight)
+    groups = _groups(weight.detach().float(), group_size)  # (N, K/G, G)
+    low, high = groups.amin(dim=2), groups.amax(dim=2)  # (N, K/G) each
+    scale = torch.where(high > low, (high - low) / 15, torch.ones_like(low))  # (N, K/G): a flat group gets 1
+    q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.uint8)  # (N, K/G, G)
+    return q.reshape(weight.shape), scale, low
+
+
+def dequantize_int4(q: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> torch.Tensor:
+    """(N, K) values in 0..15 with (N, K / G) scales and minima -> the (N, K) float32 weight."""
+    N, K = q.shape
+    if scale.ndim != 2 or scale.shape[0] != N or K % scale.shape[1] or minimum.shape != scale.shape:
+        raise ValueError(
+            f"scales {tuple(scale.shape)} and minima {tuple(minimum.shape)} do not fit 4-bit values of shape {(N, K)}"
+        )
+    groups = q.float().reshape(N, scale.shape[1], -1)  # (N, K/G, G)
+    return (groups * scale[..., None] + minimum[..., None]).reshape(N, K)  # (N, K)
+
+
+def pack_int4(q: torch.Tensor) -> torch.Tensor:
+    """(N, K) values in 0..15 -> (N, K / 2) uint8, two per byte: the even column in the low four bits,
+    the odd one in the high four. Half a byte per weight is what makes int4 pay."""
+    if q.ndim != 2 or q.shape[1] % 2:
+        raise ValueError(f"pack_int4 needs a 2-D tensor with an even number of columns, got {tuple(q.shape)}")
+    if q.device.type != "meta" and (q.min() < 0 or q.max() > 15):
+        raise ValueError("4-bit values must lie in 0..15")
+    q = q.to(torch.uint8)
+    return q[:, 0::2] | (q[:, 1::2] << 4)  # (N, K/2)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """(N, K / 2) uint8 from :func:`pack_int4` -> the (N, K) uint8 values in 0..15."""
+    low, high = packed & 0x0F, packed >> 4  # (N, K/2) each: the even and the odd columns
+    return torch.stack([low, high], dim=-1).reshape(packed.shape[0], -1)  # (N, K)
+
+
+def relative_error(weight: torch.Tensor, approximation: torch.Tensor) -> float:
+    """||w - ŵ|| / ||w||: the size of the round-trip error relative to the weight (Frobenius norms)."""
+    return ((weight.float() - approximation.float()).norm() / weight.float().norm()).item()
+
+
+# --------------------------------------------------------------------------------------
+# Linear layers with fewer bytes per weight
+# --------------------------------------------------------------------------------------
+
+
+def fbgemm_available() -> bool:
+    """Whether PyTorch's x86 int8 kernels (fbgemm) are built in and selected."""
+    return torch.backends.quantized.engine in ("x86", "fbgemm")
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, x.shape[-1])  # (B*T, K): the kernels take matrices
+
+
+class BF16Linear(nn.Module):
+    """``nn.Linear`` with its weight stored in bfloat16 (2 bytes): the input is rounded to bfloat16
+    for the product, the output returned in the input's dtype."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("weight", linear.weight.detach().to(torch.bfloat16))  # (N, K)
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x.to(torch.bfloat16), self.weight).to(x.dtype)  # (..., N)
+        return y if self.bias is None else y + self.bias
+
+
+class Int8Linear(nn.Module):
+    """``nn.Linear`` with int8 weights, one scale per output channel (:func:`quantize_int8`).
+
+    Kernels: ``"dequantize"`` rebuilds the float weight and multiplies (any device; the teaching
+    path); ``"fbgemm"`` quantizes the input too, the whole input with one scale and zero point, to 7-bit
+    unsigned integers, and multiplies int8 by uint8 in PyTorch's x86 kernel (the weights packed once,
+    at construction); ``"int8pack"`` keeps the input in bfloat16 and multiplies it by the int8 weight
+    (weight-only). ``"auto"``: int8pack on a CPU, else dequantize. fbgemm is faster, but its one
+    scale for the whole input is one scale per token only when decoding; over a prompt, a few huge
+    activations flatten the rest (notebook 14 measures both).
+    """
+
+    def __init__(self, linear: nn.Linear, kernel: str = "auto"):
+        super().__init__()
+        weight = linear.weight
+        if kernel == "auto":
+            kernel = "int8pack" if weight.device.type == "cpu" else "dequantize"
+        if kernel not in INT8_KERNELS:
+            raise ValueError(f"unknown int8 kernel {kernel!r}; choose one of auto, {', '.join(INT8_KERNELS)}")
+        if kernel != "dequantize" and weight.device.type != "cpu":
+            raise ValueError(f"the {kernel} kernel runs on a CPU only; the weight is on {weight.device.type}")
+        if kernel == "fbgemm" and not fbgemm_available():
+            raise RuntimeError(
+                f"this PyTorch's quantized engine is {torch.backends.quantized.engine!r}, not x86/fbgemm"
+            )
+        self.in_features, self.out_features, self.kernel = linear.in_features, linear.out_features, kernel
+        q, scale = quantize_int8(weight)
+        self.register_buffer("weight", q)  # (N, K) int8
+        self.register_buffer("scale", scale)  # (N,)
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
+        self._packed = None
+        if kernel == "fbgemm":  # the same int8 numbers, laid out for fbgemm's kernel once
+            zero_points = torch.zeros(q.shape[0], dtype=torch.long)
+            with warnings.catch_warnings():  # torch 2.13 deprecates quantized tensors (torchao succeeds them)
+                warnings.simplefilter("ignore", UserWarning)
+                qtensor = torch._make_per_channel_quantized_tensor(q, scale.double(), zero_points, 0)
+                self._packed = torch.ops.quantized.linear_prepack(qtensor, self.bias)
+        elif kernel == "int8pack":
+            self.register_buffer("scale_bf16", scale.to(torch.bfloat16), persistent=False)  # (N,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel == "fbgemm":
+            y = torch.ops.quantized.linear_dynamic(_flat(x).float(), self._packed, True)  # (M, N), bias included
+            return y.reshape(*x.shape[:-1], -1).to(x.dtype)
+        if self.kernel == "int8pack":
+            y = torch._weight_int8pack_mm(_flat(x).to(torch.bfloat16), self.weight, self.scale_bf16)  # (M, N)
+            y = y.reshape(*x.shape[:-1], -1).to(x.dtype)
+            return y if self.bias is None else y + self.bias
+        return F.linear(x, dequantize_int8(self.weight, self.scale).to(x.dtype), self.bias)  # (..., N)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, kernel={self.kernel}"
+
+
+class Int4Linear(nn.Module):
+    """``nn.Linear`` with 4-bit weights in groups of ``group_size`` inputs (:func:`quantize_int4`).
+
+    Kernels: ``"dequantize"`` keeps the weights packed two per byte (:func:`pack_int4`), unpacks
+    and rescales them at every call, then multiplies (any device); ``"tinygemm"`` stores them in
+    the layout of PyTorch's CPU int4 kernel (``_weight_int4pack_mm_for_cpu``), which unpacks inside
+    the product, with bfloat16 inputs. ``"auto"``: tinygemm on a CPU, else dequantize.
+    """
+
+    def __init__(self, linear: nn.Linear, group_size: int = 32, kernel: str = "auto"):
+        super().__init__()
+        weight = linear.weight
+        if kernel == "auto":
+            fits = weight.shape[0] % 16 == 0  # the kernel's layout takes output features in tiles of 16
+            kernel = "tinygemm" if weight.device.type == "cpu" and fits else "dequantize"
+        if kernel not in INT4_KERNELS:
+            raise ValueError(f"unknown int4 kernel {kernel!r}; choose one of auto, {', '.join(INT4_KERNELS)}")
+        if kernel == "tinygemm" and weight.device.type != "cpu":
+            raise ValueError(f"the tinygemm kernel here is the CPU one; the weight is on {weight.device.type}")
+        if kernel == "tinygemm" and weight.shape[0] % 16:
+            raise ValueError(f"the tinygemm kernel needs out_features divisible by 16, got {weight.shape[0]}")
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.group_size, self.kernel = group_size, kernel
+        q, scale, minimum = quantize_int4(weight, group_size)  # (N, K), (N, K/G), (N, K/G)
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
+        if kernel == "tinygemm":
+            # the kernel computes (q - 8) * scale + zero: our q * scale + minimum when zero = minimum + 8 * scale
+            self.register_buffer("weight", torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1))
+            zero = minimum + 8 * scale  # (N, K/G)
+            self.register_buffer("scale", torch.stack([scale.t(), zero.t()], dim=-1).to(torch.bfloat16))  # (K/G, N, 2)
+        else:
+            self.register_buffer("weight", pack_int4(q))  # (N, K/2) uint8
+            self.register_buffer("scale", scale)  # (N, K/G)
+            self.register_buffer("minimum", minimum)  # (N, K/G)
+
+    def _tinygemm(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch._weight_int4pack_mm_for_cpu(_flat(x).to(torch.bfloat16), self.weight, self.group_size, self.scale)
+        return y.reshape(*x.shape[:-1], -1).to(x.dtype)  # (..., N)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel == "tinygemm":
+            y = self._tinygemm(x)
+            return y if self.bias is None else y + self.bias
+        weight = dequantize_int4(unpack_int4(self.weight), self.scale, self.minimum)  # (N, K), at every call
+        return F.linear(x, weight.to(x.dtype), self.bias)
+
+    def dequantized(self) -> torch.Tensor:
+        """The (N, K) float32 weight this layer multiplies by (either layout)."""
+        if self.kernel == "tinygemm":
+            eye = torch.eye(self.in_features, device=self.weight.device)  # (K, K): the product reads the weight out
+            return self._tinygemm(eye).t().float()
+        return dequantize_int4(unpack_int4(self.weight), self.scale, self.minimum)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"group_size={self.group_size}, kernel={self.kernel}"
+        )
+
+
+QUANTIZED = (BF16Linear, Int8Linear, Int4Linear)
+
+
+def _replacement(linear: nn.Linear, mode: str, kernel: str, group_size: int) -> nn.Module:
+    if mode == "float32":
+        return linear
+    if mode == "bfloat16":
+        return BF16Linear(linear)
+    if mode == "int8":
+        return Int8Linear(linear, kernel)
+    return Int4Linear(linear, group_size, kernel)
+
+
+def quantize_model(
+    model: nn.Module, mode: str, *, kernel: str = "auto", group_size: int = 32, head: str | None = None
+) -> nn.Module:
+    """A copy of ``model`` (in eval mode) whose ``nn.Linear`` layers store their weights in ``mode``:
+    ``"float32"`` (an unchanged copy), ``"bfloat16"``, ``"int8"`` or ``"int4"`` (groups of
+    ``group_size``). ``head`` gives the LM head another mode (default: the same), as llama.cpp's
+    4-bit files keep the output layer in 8 bits. Embeddings, norms and everything else stay as they
+    are; a head tied to the embedding becomes a layer of its own, the embedding table staying float.
+    ``kernel`` picks the int8 or int4 kernel (:class:`Int8Linear`, :class:`Int4Linear`; it applies to
+    the head too when that is of the same kind). Quantize on the device the model will run on: the
+    fast kernels' layouts are made for the CPU."""
+    for name, value in (("mode", mode), ("head", mode if head is None else head)):
+        if value not in MODES:
+            raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(MODES)}")
+    if kernel != "auto" and mode in ("float32", "bfloat16"):
+        raise ValueError(f"mode {mode!r} has one kernel; kernel={kernel!r} is for int8 or int4")
+    quantized = copy.deepcopy(model).eval()
+    head_module = getattr(quantized, "lm_head", None)
+    for module in list(quantized.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is nn.Linear:
+                this = mode if child is not head_module or head is None else head
+                this_kernel = kernel if this == mode else "auto"
+                setattr(module, name, _replacement(child, this, this_kernel, group_size))
+    return quantized
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of the weight matrices one decoding step reads: every linear layer's weight, scales and
+    bias, in whatever format it is stored (a tensor shared by two layers counted once). Embedding
+    tables (a step reads one row of them), norms (a few kB) and the KV cache are not counted."""
+    seen, total = set(), 0
+    for module in model.modules():
+        if isinstance(module, (nn.Linear, *QUANTIZED)):
+            persistent = [
+                b for n, b in module.named_buffers(recurse=False) if n not in module._non_persistent_buffers_set
+            ]
+            for tensor in [*module.parameters(recurse=False), *persistent]:  # a derived copy is not counted
+                key = id(tensor) if tensor.device.type == "meta" else tensor.data_ptr()  # meta: no storage
+                if key not in seen:
+                    seen.add(key)
+                    total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def cache_bytes(model: nn.Module, positions: float) -> float:
+    """Bytes of cached keys and values one sequence reads per step with ``positions`` tokens cached
+    (every layer's keys and values, its key/value heads only, in the embedding's dtype)."""
+    c = model.config
+    element = model.transformer.wte.weight.element_size()
+    return 2 * c.n_layers * c.kv_heads * c.head_dim * positions * element
+
+
+def read_probe(nbytes: int, device: torch.device | str = "cpu"):
+    """``(run, bytes)``: a run that reads about ``nbytes`` once, to time beside decoding: one
+    matrix-vector product over a float32 matrix of that size (the BLAS streams it faster than a sum
+    or a copy does), so ``bytes / seconds`` is the read bandwidth at that working set: from memory
+    for a model larger than the CPU's caches, from the caches for a small one."""
+    matrix = torch.ones(max(nbytes, 2**22) // 4096, 1024, device=device)  # (rows, 1024) float32
+    vector = torch.ones(1024, device=device)
+    return lambda: torch.mv(matrix, vector), matrix.numel() * 4

@@ -1,0 +1,284 @@
+"""int8 and int4 weights: by-hand values, round trips, torchao's quantization as the reference,
+every kernel against the teaching path, whole models, bytes read, and bad input."""
+
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from course_lib.generation import generate
+from course_lib.quantization import (
+    BF16Linear,
+    Int4Linear,
+    Int8Linear,
+    cache_bytes,
+    dequantize_int4,
+    dequantize_int8,
+    fbgemm_available,
+    pack_int4,
+    quantize_int4,
+    quantize_int8,
+    quantize_model,
+    read_probe,
+    relative_error,
+    unpack_int4,
+    weight_bytes,
+)
+
+
+@pytest.fixture
+def linear(generator):
+    """A (48, 64) layer with a bias and weights of a trained model's size (N(0, 0.02))."""
+    layer = nn.Linear(64, 48)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(48, 64, generator=generator) * 0.02)
+        layer.bias.copy_(torch.randn(48, generator=generator) * 0.01)
+    return layer
+
+
+def torchao_primitives():
+    """torchao (test-only) is the reference; its import prints deprecation notes we do not need."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pytest.importorskip("torchao.quantization.quant_primitives")
+
+
+# == by hand ===============================================================================
+
+
+def test_int8_by_hand():
+    w = torch.tensor([[1.0, -2.0, 0.5], [0.0, 0.0, 0.0], [0.25, 0.1, -0.05]])
+    q, scale = quantize_int8(w)
+    assert torch.allclose(scale, torch.tensor([2 / 127, 1.0, 0.25 / 127]))
+    # 1 / (2/127) = 63.5 rounds to the even 64; the largest magnitude is exactly -127
+    assert q.tolist() == [[64, -127, 32], [0, 0, 0], [127, 51, -25]]
+    assert q.dtype == torch.int8
+    assert torch.equal(dequantize_int8(q, scale)[1], torch.zeros(3))  # zero stays exactly zero
+
+
+def test_int4_by_hand():
+    w = torch.tensor([[0.0, 1.5, 3.0, 0.2], [-1.0, -1.0, -1.0, -1.0]])
+    q, scale, minimum = quantize_int4(w, group_size=4)
+    assert torch.allclose(scale, torch.tensor([[0.2], [1.0]])) and torch.allclose(
+        minimum, torch.tensor([[0.0], [-1.0]])
+    )
+    assert q.tolist() == [[0, 8, 15, 1], [0, 0, 0, 0]]  # 1.5 / 0.2 = 7.5 rounds to 8; a flat group is exact
+    assert torch.allclose(dequantize_int4(q, scale, minimum), torch.tensor([[0.0, 1.6, 3.0, 0.2], [-1.0] * 4]))
+
+
+def test_pack_int4_by_hand_and_round_trip(generator):
+    assert pack_int4(torch.tensor([[1, 2, 15, 0]])).tolist() == [[0x21, 0x0F]]  # even column in the low bits
+    q = torch.randint(0, 16, (7, 10), generator=generator, dtype=torch.uint8)
+    packed = pack_int4(q)
+    assert packed.shape == (7, 5) and packed.dtype == torch.uint8
+    assert torch.equal(unpack_int4(packed), q)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_round_trip_error_is_within_half_a_step(bits, generator):
+    w = torch.randn(32, 128, generator=generator) * 0.02
+    if bits == 8:
+        q, scale = quantize_int8(w)
+        step = scale[:, None].expand_as(w)
+        back = dequantize_int8(q, scale)
+    else:
+        q, scale, minimum = quantize_int4(w, 32)
+        step = scale.repeat_interleave(32, dim=1)
+        back = dequantize_int4(q, scale, minimum)
+    assert ((w - back).abs() <= step / 2 + 1e-7).all()
+    assert relative_error(w, back) < (0.01 if bits == 8 else 0.1)
+
+
+def test_int4_groups_follow_the_weights(generator):
+    """One large weight flattens its own group only: with groups of 32 the other groups keep
+    their resolution, with one group per row (128) every weight of the row loses it."""
+    w = torch.randn(4, 128, generator=generator) * 0.02
+    w[:, 0] = 1.0
+    errors = {g: relative_error(w[:, 32:], dequantize_int4(*quantize_int4(w, g))[:, 32:]) for g in (32, 128)}
+    assert errors[32] < errors[128] / 5
+
+
+# == torchao as the reference ==============================================================
+
+
+def test_int8_values_are_torchao_quantize_affine_with_our_scales(generator):
+    prims = torchao_primitives()
+    w = torch.randn(16, 96, generator=generator)
+    q, scale = quantize_int8(w)
+    theirs = prims.quantize_affine(
+        w, [1, 96], scale[:, None], torch.zeros(16, 1, dtype=torch.int8), torch.int8, -127, 127
+    )
+    assert torch.equal(q, theirs)
+
+
+def test_int4_matches_torchao_tinygemm_scheme(generator):
+    """torchao's int4 for PyTorch's int4 kernel (tinygemm) is the same min-max grid: its zero is
+    stored as min + 8 * scale, the kernel subtracting 8 from each value."""
+    prims = torchao_primitives()
+    w = torch.randn(24, 128, generator=generator) * 0.05
+    q, scale, minimum = quantize_int4(w, 32)
+    their_scale, their_zero = prims._choose_qparams_affine_tinygemm(
+        w, prims.MappingType.ASYMMETRIC, [1, 32], torch.uint8, 0, 15, None, torch.float32, torch.float32
+    )
+    assert torch.allclose(scale, their_scale, rtol=1e-6) and torch.allclose(minimum + 8 * scale, their_zero, atol=1e-7)
+    theirs = prims._quantize_affine_tinygemm(w, [1, 32], their_scale, their_zero, torch.uint8, 0, 15)
+    assert (q.int() - theirs.int()).abs().max() <= 1  # equal but where float rounding sits on a half
+    assert (q.int() != theirs.int()).float().mean() < 1e-3
+
+
+def test_int8_layer_agrees_with_torchao_int8_weight_only(linear, generator):
+    """torchao's int8 weight-only layer uses scale max|w| / 127.5 on [-128, 127], ours / 127 on
+    [-127, 127]: both must land within one quantization step of the float layer, and near each other."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torchao = pytest.importorskip("torchao")
+        from torchao.quantization import Int8WeightOnlyConfig
+    x = torch.randn(5, 64, generator=generator)
+    reference = linear(x)
+    theirs = nn.Linear(64, 48)
+    theirs.load_state_dict(linear.state_dict())
+    torchao.quantization.quantize_(theirs, Int8WeightOnlyConfig())
+    ours = Int8Linear(linear, kernel="dequantize")
+    bound = (x.abs().sum(dim=1, keepdim=True) * ours.scale[None, :] / 2).max()  # |x| · step / 2
+    with torch.no_grad():
+        assert (ours(x) - reference).abs().max() <= bound
+        assert (theirs(x) - reference).abs().max() <= bound
+        assert (ours(x) - theirs(x)).abs().max() <= 2 * bound
+
+
+# == the kernels compute what the teaching path computes ===================================
+
+
+def test_int8_kernels_agree(linear, generator):
+    x = torch.randn(3, 7, 64, generator=generator)
+    teaching = Int8Linear(linear, kernel="dequantize")
+    int8pack = Int8Linear(linear, kernel="int8pack")
+    assert torch.equal(int8pack.weight, teaching.weight) and int8pack.kernel == "int8pack"
+    with torch.no_grad():
+        expected = teaching(x)
+        assert expected.shape == (3, 7, 48)
+        assert (int8pack(x) - expected).abs().max() < 0.01 * expected.abs().max()  # bfloat16 inputs and outputs
+        if fbgemm_available():  # the input quantized too (7 bits per row): a looser match
+            fbgemm = Int8Linear(linear, kernel="fbgemm")
+            assert (fbgemm(x[0, :1]) - expected[0, :1]).abs().max() < 0.03 * expected.abs().max()
+
+
+def test_int8_default_kernel_is_weight_only_on_a_cpu(linear):
+    assert Int8Linear(linear).kernel == "int8pack" and Int4Linear(linear).kernel == "tinygemm"
+    odd = nn.Linear(64, 40)  # 40 outputs: not in the int4 kernel's tiles of 16
+    assert Int4Linear(odd).kernel == "dequantize"
+    with pytest.raises(ValueError, match="divisible by 16"):
+        Int4Linear(odd, kernel="tinygemm")
+
+
+def test_int4_kernels_agree(linear, generator):
+    x = torch.randn(2, 5, 64, generator=generator)
+    teaching, fast = Int4Linear(linear, 32, "dequantize"), Int4Linear(linear, 32, "tinygemm")
+    with torch.no_grad():
+        assert (fast(x) - teaching(x)).abs().max() < 0.01 * teaching(x).abs().max()  # bfloat16
+        assert torch.allclose(fast.dequantized(), teaching.dequantized(), rtol=0.01, atol=1e-3)
+    assert teaching.weight.shape == (48, 32)  # two 4-bit weights per byte
+
+
+def test_bf16_layer_is_a_bfloat16_product(linear, generator):
+    x = torch.randn(4, 64, generator=generator)
+    layer = BF16Linear(linear)
+    assert layer.weight.dtype == torch.bfloat16
+    with torch.no_grad():
+        expected = F.linear(x.bfloat16(), linear.weight.bfloat16()).float() + linear.bias
+        assert torch.allclose(layer(x), expected)
+
+
+# == whole models ==========================================================================
+
+
+@pytest.mark.parametrize("mode, tolerance", [("bfloat16", 0.02), ("int8", 0.03), ("int4", 0.3)])
+def test_quantized_model_stays_close_and_generates(tiny_gpt, mode, tolerance, one_thread):
+    model = tiny_gpt(0).eval()
+    quantized = quantize_model(model, mode)
+    kinds = {type(m) for m in quantized.modules()}
+    assert nn.Linear not in kinds and {"bfloat16": BF16Linear, "int8": Int8Linear, "int4": Int4Linear}[mode] in kinds
+    assert type(model.lm_head) is nn.Linear  # the original is left as it was
+    ids = torch.randint(0, 40, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        reference, logits = model(ids), quantized(ids)
+    assert (logits - reference).abs().max() < tolerance * reference.abs().max()
+    out = generate(quantized, ids[:1], 5, greedy=True)
+    assert out.shape == (1, 17)
+
+
+def test_float32_mode_is_an_equal_copy(tiny_gpt, same_weights):
+    model = tiny_gpt(0)
+    copy = quantize_model(model, "float32")
+    assert copy is not model and same_weights(copy, model) and not copy.training
+    assert copy.lm_head.weight is copy.transformer.wte.weight  # still tied
+
+
+def test_the_head_can_keep_more_bits(tiny_gpt):
+    quantized = quantize_model(tiny_gpt(0), "int4", head="int8")
+    assert isinstance(quantized.lm_head, Int8Linear) and isinstance(quantized.transformer.h[0].mlp.c_fc, Int4Linear)
+    assert isinstance(quantized.transformer.wte, nn.Embedding)  # the table the head was tied to stays float
+
+
+def test_weight_bytes_counts_what_a_step_reads(tiny_gpt):
+    model = tiny_gpt(0)  # vocabulary 40, width 32, 2 layers, tied head, biases
+    matrices = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    biases = sum(m.bias.numel() for m in model.modules() if isinstance(m, nn.Linear) and m.bias is not None)
+    assert weight_bytes(model) == 4 * (matrices + biases)
+    int8 = quantize_model(model, "int8")
+    rows = sum(m.out_features for m in int8.modules() if isinstance(m, Int8Linear))
+    assert weight_bytes(int8) == matrices + 4 * rows + 4 * biases  # 1 byte a weight, a float scale a row
+    int4 = quantize_model(model, "int4", kernel="dequantize")
+    assert weight_bytes(int4) == matrices // 2 + 2 * 4 * matrices // 32 + 4 * biases  # scale and minimum a group
+    assert weight_bytes(quantize_model(model, "bfloat16")) == 2 * matrices + 4 * biases
+
+
+def test_quantized_model_runs_on_the_meta_device(tiny_gpt):
+    """Every tensor the layers build follows their weights: on the meta device (shapes only) the
+    teaching kernels run, and the CPU kernels refuse clearly."""
+    with torch.device("meta"):
+        model = tiny_gpt(0)
+    ids = torch.zeros(1, 5, dtype=torch.long, device="meta")
+    for mode in ("bfloat16", "int8", "int4"):
+        quantized = quantize_model(model, mode)
+        logits = quantized(ids)
+        assert logits.device.type == "meta" and logits.shape == (1, 5, 40)
+    with pytest.raises(ValueError, match="runs on a CPU only"):
+        quantize_model(model, "int8", kernel="int8pack")
+    with pytest.raises(ValueError, match="CPU one"):
+        quantize_model(model, "int4", kernel="tinygemm")
+
+
+def test_cache_bytes_and_the_read_probe(tiny_gpt):
+    model = tiny_gpt(0, n_kv_heads=1)  # 2 layers, 1 key/value head of 16 dimensions
+    assert cache_bytes(model, 10) == 2 * 2 * 1 * 16 * 10 * 4
+    run, nbytes = read_probe(2**20)
+    assert nbytes >= 2**20 and run().shape == (nbytes // 4 // 1024,)
+
+
+# == bad input =============================================================================
+
+
+def test_bad_input_is_named(tiny_gpt, linear):
+    with pytest.raises(ValueError, match="2-D"):
+        quantize_int8(torch.ones(3))
+    with pytest.raises(TypeError, match="only float weights"):
+        quantize_int8(torch.ones(2, 2, dtype=torch.int8))
+    with pytest.raises(ValueError, match="not a multiple of group_size=48"):
+        quantize_int4(torch.ones(2, 64), 48)
+    with pytest.raises(ValueError, match="unknown mode 'int2'"):
+        quantize_model(tiny_gpt(0), "int2")
+    with pytest.raises(ValueError, match="unknown int8 kernel 'cuda'"):
+        Int8Linear(linear, kernel="cuda")
+    with pytest.raises(ValueError, match="unknown int4 kernel"):
+        Int4Linear(linear, kernel="fbgemm")
+    with pytest.raises(ValueError, match="must lie in 0..15"):
+        pack_int4(torch.tensor([[16, 0]]))
+    with pytest.raises(ValueError, match="even number of columns"):
+        pack_int4(torch.zeros(2, 3, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="do not fit"):
+        dequantize_int4(torch.zeros(2, 64, dtype=torch.uint8), torch.ones(2, 3), torch.ones(2, 3))
+    assert math.isclose(relative_error(torch.ones(4), torch.ones(4)), 0.0)
