@@ -6,6 +6,7 @@ starts with one call, :func:`start`, and prints what it got.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import random
@@ -187,12 +188,19 @@ def threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+QUIET_LOGGERS = ("torchao", "torch.utils._pytree")
+"""Loggers ``start`` quiets to errors: where torchao is installed (the tests' reference for chapter
+14), importing it (peft does, in chapter 10) warns that its CUDA-only extensions did not load."""
+
+
 def start(seed: int = 1337) -> None:
     """Set up a notebook: threads, seeds, the course's colour-blind-safe plot style, and one
     line saying what was chosen."""
     from .plotting import use_course_style  # matplotlib only where a notebook starts
 
     use_course_style()
+    for name in QUIET_LOGGERS:  # their warnings would land in the notebook's outputs
+        logging.getLogger(name).setLevel(logging.ERROR)
     threads = configure_threads()
     seed_everything(seed)
     print(

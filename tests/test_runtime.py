@@ -135,3 +135,15 @@ def test_threads_sets_and_restores_the_count():
     assert torch.get_num_threads() == before
     with pytest.raises(ValueError, match="at least one thread"), runtime.threads(0):
         pass
+
+
+def test_a_started_notebook_imports_peft_without_warnings_on_stderr():
+    """nbval fails a cell on any stderr: with torchao installed (a test requirement), peft's import
+    warned about torchao's CUDA-only extensions in chapter 10 until ``start`` quieted them."""
+    pytest.importorskip("peft")
+    import subprocess
+    import sys
+
+    code = "from course_lib.runtime import start; start(0); import peft"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
