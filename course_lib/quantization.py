@@ -17,6 +17,10 @@ faster is to read fewer bytes: store each weight in 8 or 4 bits instead of 32.
   ``"fbgemm"`` (int8 weights and activations quantized on the fly, PyTorch's x86 int8 kernel),
   ``"int8pack"`` (int8 weights, bfloat16 activations) and ``"tinygemm"`` (int4 in groups, bfloat16
   activations). Which is really faster is measured, not assumed (notebook 14, benchmarks/inference.py).
+- :class:`PackedLinear` changes no number format, only the layout: float32 or bfloat16 weights
+  reordered once into oneDNN's blocked layout (``kernel="onednn"`` for those modes). On a CPU the
+  default product of a few rows by a weight (BLAS) packs the weight again at every call; packed once,
+  a decoding step reads the weights faster and a pass over 8 tokens costs little more than over 1.
 - :func:`weight_bytes` and :func:`cache_bytes` count the bytes a decoding step reads and
   :func:`read_probe` measures how fast this machine reads them: their ratio is the floor.
 """
@@ -32,6 +36,7 @@ import torch.nn.functional as F
 
 INT8_KERNELS = ("dequantize", "fbgemm", "int8pack")
 INT4_KERNELS = ("dequantize", "tinygemm")
+FLOAT_KERNELS = ("aten", "onednn")
 MODES = ("float32", "bfloat16", "int8", "int4")
 
 
@@ -144,6 +149,45 @@ class BF16Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.linear(x.to(torch.bfloat16), self.weight).to(x.dtype)  # (..., N)
         return y if self.bias is None else y + self.bias
+
+
+class PackedLinear(nn.Module):
+    """``nn.Linear`` whose float32 or bfloat16 weight is reordered once into oneDNN's blocked
+    layout (the layout ``torch.compile`` with freezing gives a CPU's linear layers). The numbers are
+    those of the weight in ``dtype``; only the order in memory changes, so that the product streams
+    the weight once, whether it meets one row (decoding) or a few (a speculative check). The plain
+    weight stays as the ``weight`` buffer (the state dict, :func:`weight_bytes`); the packed copy is
+    an opaque oneDNN tensor beside it, made at construction, never saved."""
+
+    def __init__(self, linear: nn.Linear, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        weight = linear.weight
+        if dtype not in (torch.float32, torch.bfloat16):
+            raise ValueError(f"oneDNN's packed layout is used here for float32 or bfloat16, got {dtype}")
+        if weight.device.type != "cpu":
+            raise ValueError(f"the onednn kernel runs on a CPU only; the weight is on {weight.device.type}")
+        if not torch.backends.mkldnn.is_available():
+            raise RuntimeError("this PyTorch is built without oneDNN (mkldnn): use kernel='aten'")
+        self.in_features, self.out_features, self.dtype = linear.in_features, linear.out_features, dtype
+        self.register_buffer("weight", weight.detach().to(dtype).clone())  # (N, K)
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
+        self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight, 1)  # (N, K), blocked, opaque
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.mkldnn._linear_pointwise(_flat(x).to(self.dtype), self._packed, None, "none", [], "")  # (M, N)
+        y = y.reshape(*x.shape[:-1], -1).to(x.dtype)
+        return y if self.bias is None else y + self.bias
+
+    def __deepcopy__(self, memo: dict) -> PackedLinear:
+        """A copy packs its own weight: the opaque oneDNN tensor cannot be copied."""
+        linear = nn.Linear(self.in_features, self.out_features, bias=self.bias is not None, device="meta")
+        linear.weight = nn.Parameter(self.weight.clone(), requires_grad=False)
+        if self.bias is not None:
+            linear.bias = nn.Parameter(self.bias.clone(), requires_grad=False)
+        return PackedLinear(linear, self.dtype).train(self.training)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, dtype={self.dtype}, kernel=onednn"
 
 
 class Int8Linear(nn.Module):
@@ -260,10 +304,12 @@ class Int4Linear(nn.Module):
         )
 
 
-QUANTIZED = (BF16Linear, Int8Linear, Int4Linear)
+QUANTIZED = (BF16Linear, PackedLinear, Int8Linear, Int4Linear)
 
 
 def _replacement(linear: nn.Linear, mode: str, kernel: str, group_size: int) -> nn.Module:
+    if mode in ("float32", "bfloat16") and kernel == "onednn":
+        return PackedLinear(linear, getattr(torch, mode))
     if mode == "float32":
         return linear
     if mode == "bfloat16":
@@ -282,13 +328,16 @@ def quantize_model(
     4-bit files keep the output layer in 8 bits. Embeddings, norms and everything else stay as they
     are; a head tied to the embedding becomes a layer of its own, the embedding table staying float.
     ``kernel`` picks the int8 or int4 kernel (:class:`Int8Linear`, :class:`Int4Linear`; it applies to
-    the head too when that is of the same kind). Quantize on the device the model will run on: the
-    fast kernels' layouts are made for the CPU."""
+    the head too when that is of the same kind); for float32 and bfloat16, ``kernel="onednn"``
+    keeps the numbers and packs the weights (:class:`PackedLinear`). Quantize on the device the
+    model will run on: the fast kernels' layouts are made for the CPU."""
     for name, value in (("mode", mode), ("head", mode if head is None else head)):
         if value not in MODES:
             raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(MODES)}")
-    if kernel != "auto" and mode in ("float32", "bfloat16"):
-        raise ValueError(f"mode {mode!r} has one kernel; kernel={kernel!r} is for int8 or int4")
+    if kernel not in ("auto", *FLOAT_KERNELS) and mode in ("float32", "bfloat16"):
+        raise ValueError(
+            f"mode {mode!r} has the kernels auto, {', '.join(FLOAT_KERNELS)}; {kernel!r} is for int8 or int4"
+        )
     quantized = copy.deepcopy(model).eval()
     head_module = getattr(quantized, "lm_head", None)
     for module in list(quantized.modules()):

@@ -199,6 +199,7 @@ def start(seed: int = 1337) -> None:
     from .plotting import use_course_style  # matplotlib only where a notebook starts
 
     use_course_style()
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # torch.profiler: no start/stop log lines (read at first use)
     for name in QUIET_LOGGERS:  # their warnings would land in the notebook's outputs
         logging.getLogger(name).setLevel(logging.ERROR)
     threads = configure_threads()

@@ -1,6 +1,7 @@
 """int8 and int4 weights: by-hand values, round trips, torchao's quantization as the reference,
 every kernel against the teaching path, whole models, bytes read, and bad input."""
 
+import copy
 import math
 import warnings
 
@@ -14,6 +15,7 @@ from course_lib.quantization import (
     BF16Linear,
     Int4Linear,
     Int8Linear,
+    PackedLinear,
     cache_bytes,
     dequantize_int4,
     dequantize_int8,
@@ -192,6 +194,33 @@ def test_bf16_layer_is_a_bfloat16_product(linear, generator):
         assert torch.allclose(layer(x), expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_layer_changes_the_layout_not_the_numbers(linear, generator, dtype):
+    """oneDNN's packed weight gives the product F.linear gives with the same weight, for one row
+    (decoding) and for several (a speculative check), with and without a bias."""
+    layer = PackedLinear(linear, dtype)
+    assert layer.weight.dtype == dtype and layer.bias.dtype == torch.float32
+    with torch.no_grad():
+        for x in (torch.randn(1, 64, generator=generator), torch.randn(2, 7, 64, generator=generator)):
+            expected = F.linear(x.to(dtype), linear.weight.to(dtype)).float() + linear.bias
+            got = layer(x)
+            assert got.shape == (*x.shape[:-1], 48) and got.dtype == torch.float32
+            assert torch.allclose(got, expected, rtol=1e-5 if dtype == torch.float32 else 1e-2, atol=1e-6)
+    unbiased = nn.Linear(64, 48, bias=False)
+    with torch.no_grad():
+        assert torch.allclose(PackedLinear(unbiased)(x), unbiased(x), atol=1e-6)
+
+
+def test_packed_layer_copies_and_counts_its_weight_once(linear, generator):
+    layer = PackedLinear(linear)
+    twin = copy.deepcopy(layer)  # packs its own weight: an opaque oneDNN tensor cannot be copied
+    x = torch.randn(3, 64, generator=generator)
+    with torch.no_grad():
+        assert torch.equal(twin(x), layer(x)) and twin.weight.data_ptr() != layer.weight.data_ptr()
+    assert set(layer.state_dict()) == {"weight", "bias"}  # the packed copy is never saved
+    assert weight_bytes(layer) == 4 * (48 * 64 + 48)  # the plain weight, not twice
+
+
 # == whole models ==========================================================================
 
 
@@ -215,6 +244,19 @@ def test_float32_mode_is_an_equal_copy(tiny_gpt, same_weights):
     copy = quantize_model(model, "float32")
     assert copy is not model and same_weights(copy, model) and not copy.training
     assert copy.lm_head.weight is copy.transformer.wte.weight  # still tied
+
+
+@pytest.mark.parametrize("mode", ["float32", "bfloat16"])
+def test_packed_model_decodes_as_the_plain_one(tiny_gpt, mode, one_thread):
+    model = tiny_gpt(0).eval()
+    plain, packed = quantize_model(model, mode), quantize_model(model, mode, kernel="onednn")
+    assert all(type(m) is not nn.Linear for m in packed.modules())
+    assert isinstance(packed.lm_head, PackedLinear) and packed.lm_head.dtype == getattr(torch, mode)
+    ids = torch.randint(0, 40, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.allclose(packed(ids), plain(ids), rtol=1e-4 if mode == "float32" else 1e-2, atol=1e-4)
+    if mode == "float32":
+        assert torch.equal(generate(packed, ids[:1], 8, greedy=True), generate(plain, ids[:1], 8, greedy=True))
 
 
 def test_the_head_can_keep_more_bits(tiny_gpt):
@@ -250,6 +292,8 @@ def test_quantized_model_runs_on_the_meta_device(tiny_gpt):
         quantize_model(model, "int8", kernel="int8pack")
     with pytest.raises(ValueError, match="CPU one"):
         quantize_model(model, "int4", kernel="tinygemm")
+    with pytest.raises(ValueError, match="onednn kernel runs on a CPU only"):
+        quantize_model(model, "float32", kernel="onednn")
 
 
 def test_cache_bytes_and_the_read_probe(tiny_gpt):
@@ -275,6 +319,10 @@ def test_bad_input_is_named(tiny_gpt, linear):
         Int8Linear(linear, kernel="cuda")
     with pytest.raises(ValueError, match="unknown int4 kernel"):
         Int4Linear(linear, kernel="fbgemm")
+    with pytest.raises(ValueError, match="'tinygemm' is for int8 or int4"):
+        quantize_model(tiny_gpt(0), "float32", kernel="tinygemm")
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        PackedLinear(linear, torch.float16)
     with pytest.raises(ValueError, match="must lie in 0..15"):
         pack_int4(torch.tensor([[16, 0]]))
     with pytest.raises(ValueError, match="even number of columns"):

@@ -147,3 +147,17 @@ def test_a_started_notebook_imports_peft_without_warnings_on_stderr():
     code = "from course_lib.runtime import start; start(0); import peft"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_a_started_notebook_profiles_without_the_profilers_log_lines():
+    """torch.profiler (chapter 14) writes its start and stop as log lines into a cell's output
+    unless ``start`` has quieted them before its first use."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch; from course_lib.runtime import start; start(0)\n"
+        "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]): torch.ones(3).sum()"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "profiler_start" not in result.stdout + result.stderr, result.stderr
