@@ -23,6 +23,7 @@ faster is to read fewer bytes: store each weight in 8 or 4 bits instead of 32.
   a decoding step reads the weights faster and a pass over 8 tokens costs little more than over 1.
 - :func:`weight_bytes` and :func:`cache_bytes` count the bytes a decoding step reads and
   :func:`read_probe` measures how fast this machine reads them: their ratio is the floor.
+  :func:`profile_step` says where a step's time goes instead (``torch.profiler``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import warnings
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from .runtime import evaluating, model_device, seconds_per_call
 
 INT8_KERNELS = ("dequantize", "fbgemm", "int8pack")
 INT4_KERNELS = ("dequantize", "tinygemm")
@@ -383,3 +386,47 @@ def read_probe(nbytes: int, device: torch.device | str = "cpu"):
     matrix = torch.ones(max(nbytes, 2**22) // 4096, 1024, device=device)  # (rows, 1024) float32
     vector = torch.ones(1024, device=device)
     return lambda: torch.mv(matrix, vector), matrix.numel() * 4
+
+
+MATRIX_OPS = (  # the operators that multiply by a linear layer's weight, in each format and kernel
+    "aten::mm",
+    "aten::addmm",
+    "aten::_weight_int8pack_mm",
+    "aten::_weight_int4pack_mm_for_cpu",
+    "mkldnn::_linear_pointwise",
+    "quantized::linear_dynamic",
+)
+
+
+@torch.no_grad()
+def profile_step(model: nn.Module, prompt, steps: int = 10) -> dict[str, float]:
+    """Where one decoding step goes, in milliseconds per step after ``prompt`` (token ids) is
+    cached: the linear layers' matrix products (:data:`MATRIX_OPS`), attention, every other
+    operator (norms, rotations, the cache, conversions), each by ``torch.profiler``'s self time,
+    and what is outside any operator (Python, modules, PyTorch's dispatch): the step's wall time
+    without the profiler, less the rest. Numbers to print, never to assert."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cache = model.new_cache()
+    ids = torch.tensor([list(prompt)], device=model_device(model))  # (1, T)
+    with evaluating(model):
+        model(ids, cache=cache)
+        length = cache.length
+
+        def step() -> None:
+            model(ids[:, -1:], cache=cache)  # (1, 1, V): one more token
+            cache.truncate(length)
+
+        wall = seconds_per_call(step, timings=5) * 1e3
+        with profile(activities=[ProfilerActivity.CPU]) as profiler:
+            for _ in range(steps):
+                step()
+    times = {"matrix products": 0.0, "attention": 0.0, "other operators": 0.0}
+    for event in profiler.key_averages():
+        if event.key in MATRIX_OPS:
+            kind = "matrix products"
+        else:
+            kind = "attention" if "scaled_dot_product" in event.key else "other operators"
+        times[kind] += event.self_cpu_time_total / 1e3 / steps  # microseconds -> ms per step
+    times["outside operators"] = max(0.0, wall - sum(times.values()))
+    return times
