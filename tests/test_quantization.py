@@ -21,6 +21,7 @@ from course_lib.quantization import (
     dequantize_int8,
     fbgemm_available,
     pack_int4,
+    profile_step,
     quantize_int4,
     quantize_int8,
     quantize_model,
@@ -294,6 +295,19 @@ def test_quantized_model_runs_on_the_meta_device(tiny_gpt):
         quantize_model(model, "int4", kernel="tinygemm")
     with pytest.raises(ValueError, match="onednn kernel runs on a CPU only"):
         quantize_model(model, "float32", kernel="onednn")
+
+
+FORMATS_AND_KERNELS = [("float32", "auto"), ("float32", "onednn"), ("int8", "auto"), ("int4", "auto")]
+
+
+@pytest.mark.parametrize("mode, kernel", FORMATS_AND_KERNELS)
+def test_profile_step_finds_every_formats_matrix_products(tiny_gpt, mode, kernel, one_thread):
+    """Each format's kernel is among the operators counted as matrix products (a renamed kernel
+    would silently move its time to "other operators")."""
+    model = quantize_model(tiny_gpt(0, d_model=64), mode, kernel=kernel)
+    parts = profile_step(model, [1, 2, 3], steps=2)
+    assert list(parts) == ["matrix products", "attention", "other operators", "outside operators"]
+    assert all(ms >= 0 for ms in parts.values()) and parts["matrix products"] > 0
 
 
 def test_cache_bytes_and_the_read_probe(tiny_gpt):
