@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from .runtime import evaluating, model_device, seconds_per_call
 
-INT8_KERNELS = ("dequantize", "fbgemm", "int8pack")
+INT8_KERNELS = ("dequantize", "fbgemm", "fbgemm_token", "int8pack")
 INT4_KERNELS = ("dequantize", "tinygemm")
 FLOAT_KERNELS = ("aten", "onednn")
 MODES = ("float32", "bfloat16", "int8", "int4")
@@ -199,10 +199,11 @@ class Int8Linear(nn.Module):
     Kernels: ``"dequantize"`` rebuilds the float weight and multiplies (any device; the teaching
     path); ``"fbgemm"`` quantizes the input too, the whole input with one scale and zero point, to 7-bit
     unsigned integers, and multiplies int8 by uint8 in PyTorch's x86 kernel (the weights packed once,
-    at construction); ``"int8pack"`` keeps the input in bfloat16 and multiplies it by the int8 weight
-    (weight-only). ``"auto"``: int8pack on a CPU, else dequantize. fbgemm is faster, but its one
-    scale for the whole input is one scale per token only when decoding; over a prompt, a few huge
-    activations flatten the rest (notebook 14 measures both).
+    at construction); ``"fbgemm_token"`` is the same kernel called token by token, so that each token
+    has its own scale (as serving engines quantize activations); ``"int8pack"`` keeps the input in
+    bfloat16 and multiplies it by the int8 weight (weight-only). ``"auto"``: int8pack on a CPU, else
+    dequantize. fbgemm is faster, but its one scale for the whole input is one scale per token only
+    when decoding; over a prompt, a few huge activations flatten the rest (notebook 14 measures both).
     """
 
     def __init__(self, linear: nn.Linear, kernel: str = "auto"):
@@ -214,7 +215,7 @@ class Int8Linear(nn.Module):
             raise ValueError(f"unknown int8 kernel {kernel!r}; choose one of auto, {', '.join(INT8_KERNELS)}")
         if kernel != "dequantize" and weight.device.type != "cpu":
             raise ValueError(f"the {kernel} kernel runs on a CPU only; the weight is on {weight.device.type}")
-        if kernel == "fbgemm" and not fbgemm_available():
+        if kernel.startswith("fbgemm") and not fbgemm_available():
             raise RuntimeError(
                 f"this PyTorch's quantized engine is {torch.backends.quantized.engine!r}, not x86/fbgemm"
             )
@@ -224,7 +225,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", scale)  # (N,)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
         self._packed = None
-        if kernel == "fbgemm":  # the same int8 numbers, laid out for fbgemm's kernel once
+        if kernel.startswith("fbgemm"):  # the same int8 numbers, laid out for fbgemm's kernel once
             zero_points = torch.zeros(q.shape[0], dtype=torch.long)
             with warnings.catch_warnings():  # torch 2.13 deprecates quantized tensors (torchao succeeds them)
                 warnings.simplefilter("ignore", UserWarning)
@@ -234,8 +235,12 @@ class Int8Linear(nn.Module):
             self.register_buffer("scale_bf16", scale.to(torch.bfloat16), persistent=False)  # (N,)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel == "fbgemm":
-            y = torch.ops.quantized.linear_dynamic(_flat(x).float(), self._packed, True)  # (M, N), bias included
+        if self.kernel.startswith("fbgemm"):
+            rows = _flat(x).float()  # (M, K)
+            if self.kernel == "fbgemm_token" and rows.shape[0] > 1:  # one scale per token: a call per row
+                y = torch.cat([torch.ops.quantized.linear_dynamic(row[None], self._packed, True) for row in rows])
+            else:
+                y = torch.ops.quantized.linear_dynamic(rows, self._packed, True)  # (M, N), bias included
             return y.reshape(*x.shape[:-1], -1).to(x.dtype)
         if self.kernel == "int8pack":
             y = torch._weight_int8pack_mm(_flat(x).to(torch.bfloat16), self.weight, self.scale_bf16)  # (M, N)

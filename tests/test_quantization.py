@@ -169,6 +169,24 @@ def test_int8_kernels_agree(linear, generator):
             assert (fbgemm(x[0, :1]) - expected[0, :1]).abs().max() < 0.03 * expected.abs().max()
 
 
+@pytest.mark.skipif(not fbgemm_available(), reason="PyTorch's x86 int8 kernels are not built in")
+def test_fbgemm_per_token_keeps_each_token_apart(linear, generator):
+    """One token with activations 1000 times larger (an outlier, as real models have): with one
+    scale for the whole input the other tokens round to almost nothing; with a scale per token
+    each is as accurate as it is alone, and alone both kernels are the same call."""
+    x = torch.randn(6, 64, generator=generator)
+    x[2] *= 1000
+    exact = F.linear(x, dequantize_int8(*quantize_int8(linear.weight))) + linear.bias  # (6, 48)
+    whole, per_token = Int8Linear(linear, kernel="fbgemm"), Int8Linear(linear, kernel="fbgemm_token")
+    others = [0, 1, 3, 4, 5]
+    with torch.no_grad():
+        err = lambda y: ((y - exact)[others].norm() / exact[others].norm()).item()  # noqa: E731
+        assert err(per_token(x)) < 0.02 < 0.5 < err(whole(x))
+        assert torch.equal(per_token(x[:1]), whole(x[:1]))  # one token: one scale either way
+        alone = torch.cat([whole(x[i : i + 1]) for i in range(6)])
+        assert torch.equal(per_token(x.reshape(2, 3, 64)), alone.reshape(2, 3, 48))
+
+
 def test_int8_default_kernel_is_weight_only_on_a_cpu(linear):
     assert Int8Linear(linear).kernel == "int8pack" and Int4Linear(linear).kernel == "tinygemm"
     odd = nn.Linear(64, 40)  # 40 outputs: not in the int4 kernel's tiles of 16
