@@ -21,6 +21,12 @@ tokens per pass over the weights, for SmolLM2-135M-Instruct at batch 1 on the CP
    tokens per pass, a draft step and a verifying pass in target steps, and the speed-up measured
    against the one ``predicted_speedup`` gives.
 
+Run it as a student's notebook runs, without ``OMP_WAIT_POLICY=PASSIVE`` (``course.py test`` sets it
+so that notebooks side by side do not spin against each other): with it, each of a step's few hundred
+small parallel regions has to wake a sleeping thread, and on this 2-core machine int8 decoded slower
+on 2 threads than on 1 (its matrix products 15 ms a step against 6 without it). The header prints
+the policy.
+
 Goals: int8 >= 3x float32 tokens/s (float32 as nn.Linear computes it, as the goal was set; the
 ratio against packed float32 beside it); int4 faster than int8 (or the measured reason why not);
 int8 perplexity within 1% of float32; speculative >= 1.5x with the best draft and within 20% of its
@@ -255,7 +261,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # torch.profiler: no start/stop log lines
-    print(f"{args.threads} CPU threads, torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()} kernels")
+    policy = os.environ.get("OMP_WAIT_POLICY", "not set")
+    print(
+        f"{args.threads} CPU threads, torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()} kernels, "
+        f"OMP_WAIT_POLICY {policy}" + (" (slows decoding on several threads: unset it)" if policy == "PASSIVE" else "")
+    )
     smol, tokenizer, notes = load_smollm2()
     with torch.no_grad():
         models = speed_and_quality(smol, tokenizer, args)
