@@ -384,13 +384,19 @@ def cache_bytes(model: nn.Module, positions: float) -> float:
 
 
 def read_probe(nbytes: int, device: torch.device | str = "cpu"):
-    """``(run, bytes)``: a run that reads about ``nbytes`` once, to time beside decoding: one
-    matrix-vector product over a float32 matrix of that size (the BLAS streams it faster than a sum
-    or a copy does), so ``bytes / seconds`` is the read bandwidth at that working set: from memory
-    for a model larger than the CPU's caches, from the caches for a small one."""
+    """``(run, bytes)``: a run that reads about ``nbytes`` once, to time beside decoding, so that
+    ``bytes / seconds`` is the read bandwidth at that working set (from memory for a model larger
+    than the CPU's caches, from the caches for a small one). On a CPU it is the faster, timed here,
+    of a sum over a float32 matrix of that size and a matrix-vector product with it: which of the
+    two streams faster differs between CPUs (on one AVX-512 server the sum read 35 GB/s on one
+    thread and the product 20), and a floor that a kernel can beat is no floor. Elsewhere, the
+    product (timing a GPU needs a synchronisation this choice does not make)."""
     matrix = torch.ones(max(nbytes, 2**22) // 4096, 1024, device=device)  # (rows, 1024) float32
     vector = torch.ones(1024, device=device)
-    return lambda: torch.mv(matrix, vector), matrix.numel() * 4
+    product = lambda: torch.mv(matrix, vector)  # noqa: E731
+    if matrix.device.type != "cpu":
+        return product, matrix.numel() * 4
+    return min((matrix.sum, product), key=lambda run: seconds_per_call(run, timings=3)), matrix.numel() * 4
 
 
 MATRIX_OPS = (  # the operators that multiply by a linear layer's weight, in each format and kernel
