@@ -14,9 +14,10 @@ faster is to read fewer bytes: store each weight in 8 or 4 bits instead of 32.
   :func:`quantize_model` swaps them into a copy of a model. Each has a teaching kernel,
   ``"dequantize"`` (rebuild the float weight, then multiply: correct on every device, and *slower*
   than float32, because it writes a float copy of the weight at every call), and a fast one on a CPU:
-  ``"fbgemm"`` (int8 weights and activations quantized on the fly, PyTorch's x86 int8 kernel),
-  ``"int8pack"`` (int8 weights, bfloat16 activations) and ``"tinygemm"`` (int4 in groups, bfloat16
-  activations). Which is really faster is measured, not assumed (notebook 14, benchmarks/inference.py).
+  ``"fbgemm"`` (int8 weights and activations quantized on the fly, PyTorch's x86 int8 kernel, one
+  scale for the whole input; ``"fbgemm_token"``, one per token), ``"int8pack"`` (int8 weights,
+  bfloat16 activations) and ``"tinygemm"`` (int4 in groups, bfloat16 activations). Which is really
+  faster is measured, not assumed (notebook 14, benchmarks/inference.py).
 - :class:`PackedLinear` changes no number format, only the layout: float32 or bfloat16 weights
   reordered once into oneDNN's blocked layout (``kernel="onednn"`` for those modes). On a CPU the
   default product of a few rows by a weight (BLAS) packs the weight again at every call; packed once,
