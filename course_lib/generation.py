@@ -199,6 +199,24 @@ def stream_text(
 # --------------------------------------------------------------------------------------
 
 
+def cached_pass(model: GPT, prompt: Sequence[int], n: int = 1) -> Callable[[], None]:
+    """A run of the model over ``n`` more tokens after ``prompt`` (token ids, cached here, once),
+    which forgets them again after each call: what a decoding step (n = 1) or a speculative check
+    (n = k + 1) costs, to time. Which tokens does not matter; the last prompt token is repeated.
+    Call it in eval mode and under ``torch.no_grad()``."""
+    device = model_device(model)
+    cache = model.new_cache()
+    model(torch.tensor([list(prompt)], device=device), cache=cache)  # (1, T): the prompt, cached
+    length = cache.length
+    ids = torch.full((1, n), int(prompt[-1]), device=device)  # (1, n)
+
+    def run() -> None:
+        model(ids, cache=cache)  # (1, n, V)
+        cache.truncate(length)  # back to the prompt for the next call
+
+    return run
+
+
 def decode_step(model: GPT, cache: StaticKVCache, ids: torch.Tensor) -> torch.Tensor:
     """(B, 1) next tokens of every row -> (B, V) logits of the token after them. The shapes
     are the same at every step (the cache's slot is a tensor), which is what lets

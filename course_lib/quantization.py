@@ -36,7 +36,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .runtime import evaluating, model_device, seconds_per_call
+from .generation import cached_pass
+from .runtime import evaluating, seconds_per_call
 
 INT8_KERNELS = ("dequantize", "fbgemm", "fbgemm_token", "int8pack")
 INT4_KERNELS = ("dequantize", "tinygemm")
@@ -419,16 +420,8 @@ def profile_step(model: nn.Module, prompt, steps: int = 10) -> dict[str, float]:
     without the profiler, less the rest. Numbers to print, never to assert."""
     from torch.profiler import ProfilerActivity, profile
 
-    cache = model.new_cache()
-    ids = torch.tensor([list(prompt)], device=model_device(model))  # (1, T)
     with evaluating(model):
-        model(ids, cache=cache)
-        length = cache.length
-
-        def step() -> None:
-            model(ids[:, -1:], cache=cache)  # (1, 1, V): one more token
-            cache.truncate(length)
-
+        step = cached_pass(model, prompt)  # one more token after the cached prompt
         wall = seconds_per_call(step, timings=5) * 1e3
         with profile(activities=[ProfilerActivity.CPU]) as profiler:
             for _ in range(steps):

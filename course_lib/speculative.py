@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .generation import filter_logits
+from .generation import cached_pass, filter_logits
 from .model import GPT
 from .runtime import evaluating, model_device, seconds_per_call
 
@@ -203,25 +203,13 @@ def step_costs(target: GPT, draft: GPT | None, prompt: Sequence[int], k: int) ->
     is cached: a draft step (0 without a draft model, as for prompt lookup) and the target's pass over
     k + 1 tokens. Timed with :func:`~course_lib.runtime.seconds_per_call`: numbers to print and to
     put into :func:`predicted_speedup`, never to assert."""
-
-    def one_pass(model: GPT, n: int):
-        cache = model.new_cache()
-        model(torch.tensor([list(prompt)], device=model_device(model)), cache=cache)
-        ids = torch.full((1, n), int(prompt[-1]), device=model_device(model))  # (1, n): which tokens does not matter
-
-        def run() -> None:
-            model(ids, cache=cache)  # (1, n, V)
-            cache.truncate(len(prompt))  # back to the prompt for the next call
-
-        return run
-
     with evaluating(target):
-        step = seconds_per_call(one_pass(target, 1), timings=5)
-        verify = seconds_per_call(one_pass(target, k + 1), timings=5)
+        step = seconds_per_call(cached_pass(target, prompt, 1), timings=5)
+        verify = seconds_per_call(cached_pass(target, prompt, k + 1), timings=5)
     if draft is None:
         return 0.0, verify / step
     with evaluating(draft):
-        return seconds_per_call(one_pass(draft, 1), timings=5) / step, verify / step
+        return seconds_per_call(cached_pass(draft, prompt, 1), timings=5) / step, verify / step
 
 
 def _probabilities(logits: torch.Tensor, sampling: dict) -> torch.Tensor:

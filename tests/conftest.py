@@ -12,6 +12,7 @@ from hypothesis import settings
 from course_lib.data import stdlib_docs_text
 from course_lib.model import GPT, GPTConfig
 from course_lib.pretrained import load_pretrained
+from course_lib.runtime import threads
 from course_lib.tasks import docs_instructions
 from course_lib.tokenization import gpt2_encoding, gpt2_tokenizer
 
@@ -129,7 +130,5 @@ def server(tmp_path):
 @pytest.fixture
 def one_thread():
     """Tiny models on a busy 2-core machine: a second OpenMP thread only waits."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with threads(1):
+        yield

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from course_lib.generation import Session, filter_logits, generate, sample_next, stream, stream_text
+from course_lib.generation import Session, cached_pass, filter_logits, generate, sample_next, stream, stream_text
 from course_lib.model import GPT, GPTConfig
 from course_lib.tokenization import BPETokenizer
 
@@ -406,3 +406,13 @@ def test_a_session_samples_what_generate_samples_and_takes_tokens_back(positiona
         Session(model).sample()
     with pytest.raises(ValueError, match="pass context_length"):
         Session(torch.nn.Linear(2, 2))
+
+
+def test_cached_pass_forgets_what_it_ran(tiny_gpt):
+    """Each call runs n tokens after the cached prompt and truncates back: two passes of 8 after 3
+    tokens would overflow a 16-token context if the first were kept."""
+    model = tiny_gpt(0).eval()
+    with torch.no_grad():
+        run = cached_pass(model, [1, 2, 3], 8)
+        run()
+        run()
