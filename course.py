@@ -6,7 +6,7 @@
     python3 course.py grade PATH... [--out DIR] [--cases FILE]   # grade students' notebooks
 
 ``test`` runs the notebooks with the short CI training budget; ``test --full`` uses the
-full one; ``test --gpu`` runs every notebook on your GPU (CUDA or MPS) with all its assertions.
+full one; ``test --gpu`` runs every notebook on your CUDA GPU with all its assertions.
 Extra arguments after ``--`` go to pytest (``python3 course.py test -- -k bpe``).
 ``grade`` writes ``DIR/grades.csv`` and a feedback file per student as each is graded, and resumes
 where it stopped when run again (``--regrade`` starts over); ``grade --export-cases FILE`` writes
@@ -96,13 +96,19 @@ def side_by_side(rest: list[str]) -> list[str]:
 
 def test_on_gpu(python: Path, env: dict, rest: list[str]) -> int:
     """``test --gpu``: the unit tests as usual, then every notebook on the GPU that
-    ``runtime.get_device()`` picks (CUDA, else MPS) with all its assertions. Outputs are not
-    compared there (a GPU computes other last digits than the CPU the stored outputs came from)."""
+    ``runtime.get_device()`` picks (CUDA; Apple's MPS only with ``COURSE_DEVICE=mps``, untested) with
+    all its assertions. Outputs are not compared there (a GPU computes other last digits than the CPU
+    the stored outputs came from)."""
     gpu_env = {k: v for k, v in env.items() if k != "COURSE_DEVICE"}
+    if os.environ.get("COURSE_DEVICE"):  # yours, not the test command's cpu
+        gpu_env["COURSE_DEVICE"] = os.environ["COURSE_DEVICE"]
     probe = "from course_lib.runtime import get_device; print(get_device().type)"
     device = subprocess.run([str(python), "-c", probe], env=gpu_env, capture_output=True, text=True).stdout.strip()
     if device not in ("cuda", "mps"):
-        print(f"test --gpu: torch sees no CUDA or MPS device here (get_device() gives {device or 'an error'})")
+        print(
+            f"test --gpu: torch sees no CUDA device here (get_device() gives {device or 'an error'}); "
+            "on a Mac, COURSE_DEVICE=mps asks for MPS, which the course does not test"
+        )
         return 2
     print(f"unit tests (on the CPU, as usual), then every notebook on {device} without comparing outputs", flush=True)
     units = subprocess.run([str(python), "-m", "pytest", "tests", *rest], cwd=ROOT, env=env).returncode

@@ -45,7 +45,16 @@ from course_lib.data import split_text, stdlib_docs
 from course_lib.evaluation import paired_difference
 from course_lib.generation import generate
 from course_lib.pretrained import apply_chat_template, load_smollm2
-from course_lib.quantization import QUANTIZED, cache_bytes, profile_step, quantize_model, read_probe, weight_bytes
+from course_lib.quantization import (
+    QUANTIZED,
+    cache_bytes,
+    profile_step,
+    quantize_model,
+    read_probe,
+    unavailable,
+    weight_bytes,
+)
+from course_lib.runtime import cpu_capabilities
 from course_lib.speculative import ModelDraft, PromptLookupDraft, predicted_speedup, speculative_generate, step_costs
 from course_lib.tokenization import ENDOFTEXT
 from course_lib.training import window_losses
@@ -94,7 +103,9 @@ def goal(text: str, met: bool) -> None:
 
 
 def speed_and_quality(smol, tokenizer, args) -> dict:
-    models = {label: quantize_model(smol, **options) for label, options in FORMATS.items()}
+    missing = {label: unavailable(o["mode"], o.get("kernel", "auto")) for label, o in FORMATS.items()}
+    missing = {label: why for label, why in missing.items() if why}  # rows this CPU cannot run, and why
+    models = {label: quantize_model(smol, **o) for label, o in FORMATS.items() if label not in missing}
     prompt = torch.tensor([tokenizer.encode("The Python function len() returns")])  # (1, 7)
     new = args.new
     runs = {label: (lambda m=m: generate(m, prompt, new, greedy=True)) for label, m in models.items()}
@@ -121,9 +132,11 @@ def speed_and_quality(smol, tokenizer, args) -> dict:
             f"{median['float32'] / median[label]:7.2f}x {matrices * 1e3:12.1f} {matrices / step:7.0%} "
             f"{bound * 1e3:9.1f} {bound / step:8.0%}"
         )
+    for label, why in missing.items():
+        print(f"  {label:<24} not on this CPU: {why}")
     int8, int4 = rates["int8 (weight-only)"], rates["int4 g32, int8 head"]
 
-    profiled = ("float32", "float32 (oneDNN packed)", "int8 (weight-only)")
+    profiled = [label for label in ("float32", "float32 (oneDNN packed)", "int8 (weight-only)") if label in models]
     print("\n  where a step goes (torch.profiler's self time per operator; ms per step):")
     parts = {label: profile_step(models[label], prompt[0].tolist()) for label in profiled}
     kinds = list(parts[profiled[0]])
@@ -141,19 +154,24 @@ def speed_and_quality(smol, tokenizer, args) -> dict:
 
     print("  goals:")
     goal(f"int8 (weight-only) >= 3x float32: {int8 / rates['float32']:.2f}x", int8 / rates["float32"] >= 3)
-    packed = rates["float32 (oneDNN packed)"]
-    print(f"    (against packed float32, {packed / rates['float32']:.2f}x plain float32: int8 {int8 / packed:.2f}x)")
-    fbgemm = rates["int8 (fbgemm, dynamic)"] / rates["float32"]
-    print(f"    (fbgemm's int8, which also quantizes the activations: {fbgemm:.2f}x; its quality below)")
+    if "float32 (oneDNN packed)" in rates:
+        packed = rates["float32 (oneDNN packed)"]
+        print(
+            f"    (against packed float32, {packed / rates['float32']:.2f}x plain float32: int8 {int8 / packed:.2f}x)"
+        )
+    if "int8 (fbgemm, dynamic)" in rates:
+        fbgemm = rates["int8 (fbgemm, dynamic)"] / rates["float32"]
+        print(f"    (fbgemm's int8, which also quantizes the activations: {fbgemm:.2f}x; its quality below)")
     goal(f"int4 faster than int8: {int4 / int8:.2f}x (int4 g32 with an int8 head vs int8 weight-only)", int4 > int8)
 
     text = split_text(ENDOFTEXT.join(stdlib_docs()))[1]
     ids = torch.tensor(tokenizer.encode(text, allowed_special="all"))[: args.windows * 256 + 1]
     scored = [label for label in models if "fbgemm" not in label and "packed" not in label]  # packed: same numbers
     losses = {label: window_losses(models[label], ids, 256, batch_size=8) for label in scored}
-    losses["int8 (fbgemm, dynamic)"] = window_losses(models["int8 (fbgemm, dynamic)"], ids, 256, batch_size=1)
-    per_token = quantize_model(smol, "int8", kernel="fbgemm_token")  # decodes as fbgemm does: one token, one row
-    losses["int8 (fbgemm, per token)"] = window_losses(per_token, ids, 256, batch_size=1)
+    if "int8 (fbgemm, dynamic)" in models:
+        losses["int8 (fbgemm, dynamic)"] = window_losses(models["int8 (fbgemm, dynamic)"], ids, 256, batch_size=1)
+        per_token = quantize_model(smol, "int8", kernel="fbgemm_token")  # decodes as fbgemm: one token, one row
+        losses["int8 (fbgemm, per token)"] = window_losses(per_token, ids, 256, batch_size=1)
     base = losses["float32"]
     print(f"\n== held-out loss, {args.windows} windows of 256 tokens (the last tenth of the course corpus), paired")
     print(f"  float32: {base.mean():.4f} nats/token (perplexity {base.mean().exp():.2f})")
@@ -178,11 +196,10 @@ def choose_k(target, model, prompt, alpha: float, ks=range(1, 9)) -> tuple[int, 
 
 
 def speculative(smol, tokenizer, notes, models, args) -> None:
-    target = models["float32 (oneDNN packed)"]
-    print(
-        f"\n== speculative decoding, greedy, float32 target (weights packed: a check of k + 1 tokens costs "
-        f"little more than a step), {args.spec_new} new tokens per prompt"
-    )
+    target = models.get("float32 (oneDNN packed)", models["float32"])  # without oneDNN: nn.Linear's
+    plain = target is models["float32"]
+    packed = "nn.Linear's weights: no oneDNN here" if plain else "weights packed: a check costs little more than a step"
+    print(f"\n== speculative decoding, greedy, float32 target ({packed}), {args.spec_new} new tokens per prompt")
     drafts = {"prompt lookup": None, "SmolLM2 int4": models["int4 g32, int8 head"]}
     encoded = [
         tokenizer.encode(
@@ -266,6 +283,7 @@ def main() -> None:
         f"{args.threads} CPU threads, torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()} kernels, "
         f"OMP_WAIT_POLICY {policy}" + (" (slows decoding on several threads: unset it)" if policy == "PASSIVE" else "")
     )
+    print("this CPU: " + ", ".join(f"{name} {'yes' if value else 'no'}" for name, value in cpu_capabilities().items()))
     smol, tokenizer, notes = load_smollm2()
     with torch.no_grad():
         models = speed_and_quality(smol, tokenizer, args)

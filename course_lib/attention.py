@@ -271,9 +271,12 @@ class StaticKVCache:
         self.slot = torch.zeros((), dtype=torch.long, device=device)  # the next slot to write
         self.layers = [StaticLayerKV(self.keys[i], self.values[i]) for i in range(n_layers)]
         self._slots = torch.arange(max_length, device=device)  # (L,)
-        for tensor in (self.keys, self.values, self.slot, self.pad, self._slots):
+        views = [t for layer in self.layers for t in (layer.keys, layer.values)]
+        for tensor in (self.keys, self.values, self.slot, self.pad, self._slots, *views):
             # for CUDA graphs (torch.compile's mode="reduce-overhead"): these addresses stay put while
-            # the graph replays; a new cache makes it record again, not recompile
+            # the graph replays; a new cache makes it record again, not recompile. Each layer writes
+            # through its own view, and a view does not inherit its base's mark: without it, inductor
+            # skips the CUDA graph ("mutated inputs")
             torch._dynamo.mark_static_address(tensor)
 
     @property

@@ -18,6 +18,10 @@ faster is to read fewer bytes: store each weight in 8 or 4 bits instead of 32.
   scale for the whole input; ``"fbgemm_token"``, one per token), ``"int8pack"`` (int8 weights,
   bfloat16 activations) and ``"tinygemm"`` (int4 in groups, bfloat16 activations). Which is really
   faster is measured, not assumed (notebook 14, benchmarks/inference.py).
+- A CPU-specific kernel asks first: :func:`unavailable` says why this CPU cannot run one (a laptop
+  without AVX-512 cannot pack bfloat16 in oneDNN; a Mac has neither oneDNN nor fbgemm), the layers
+  raise :class:`NotOnThisCPU` with that reason, and :func:`quantized_versions` builds chapter 14's rows
+  (:data:`FORMATS`, :data:`KERNEL_VARIANTS`) as models or as the reason they cannot run here.
 - :class:`PackedLinear` changes no number format, only the layout: float32 or bfloat16 weights
   reordered once into oneDNN's blocked layout (``kernel="onednn"`` for those modes). On a CPU the
   default product of a few rows by a weight (BLAS) packs the weight again at every call; packed once,
@@ -30,12 +34,14 @@ faster is to read fewer bytes: store each weight in 8 or 4 bits instead of 32.
 from __future__ import annotations
 
 import copy
+import os
 import warnings
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import runtime
 from .generation import cached_pass
 from .runtime import evaluating, seconds_per_call
 
@@ -132,9 +138,48 @@ def relative_error(weight: torch.Tensor, approximation: torch.Tensor) -> float:
 # --------------------------------------------------------------------------------------
 
 
-def fbgemm_available() -> bool:
-    """Whether PyTorch's x86 int8 kernels (fbgemm) are built in and selected."""
-    return torch.backends.quantized.engine in ("x86", "fbgemm")
+class NotOnThisCPU(RuntimeError):
+    """A kernel this CPU (or this build of PyTorch) cannot run; the message says what it lacks."""
+
+
+CPU_ONLY = ("fbgemm", "fbgemm_token", "int8pack", "tinygemm", "onednn")
+"""The kernels written for a CPU (every other kernel runs on any device)."""
+
+
+def unavailable(mode: str, kernel: str, device: torch.device | str = "cpu") -> str | None:
+    """Why ``kernel`` cannot run ``mode`` on ``device`` here, in words; None when it can. Asked of the
+    hardware and of the libraries (:func:`runtime.cpu_capabilities`), never assumed: oneDNN packs
+    bfloat16 weights only on a CPU with AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT, fbgemm needs an x86
+    CPU with AVX2, and a Mac's PyTorch has neither oneDNN nor fbgemm. The int8 weight-only and int4
+    kernels (``int8pack``, ``tinygemm``) have a plain path for any CPU."""
+    device = torch.device(device)
+    if kernel in CPU_ONLY and device.type != "cpu":
+        return f"the {kernel} kernel runs on a CPU only; the model is on {device.type}"
+    if device.type != "cpu":
+        return None
+    has = runtime.cpu_capabilities()
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    limited = f" (ONEDNN_MAX_CPU_ISA={limit} keeps it from more)" if limit else ""
+    if kernel == "onednn" and not has["onednn"]:
+        return "this PyTorch is built without oneDNN (as a Mac's is): use kernel='aten'"
+    if kernel == "onednn" and mode == "bfloat16" and not has["onednn_bf16"]:
+        return (
+            "oneDNN packs bfloat16 weights only on a CPU with AVX-512 (BW, VL and DQ) or AVX-NE-CONVERT, "
+            f"and finds neither here{limited}"
+        )
+    if kernel.startswith("fbgemm") and not has["fbgemm"]:
+        engines = ", ".join(torch.backends.quantized.supported_engines) or "none"
+        return f"PyTorch's x86 int8 engine (fbgemm) needs an x86 CPU with AVX2; this one offers {engines}"
+    if kernel.startswith("fbgemm") and torch.backends.quantized.engine not in ("x86", "fbgemm"):
+        return f"the quantized engine selected is {torch.backends.quantized.engine!r}, not x86/fbgemm"
+    return None
+
+
+def _require(mode: str, kernel: str, device: torch.device) -> None:
+    why = unavailable(mode, kernel, device)
+    if why is not None:
+        error = ValueError if device.type != "cpu" else NotOnThisCPU  # a wrong device is the caller's choice
+        raise error(why)
 
 
 def _flat(x: torch.Tensor) -> torch.Tensor:
@@ -169,10 +214,7 @@ class PackedLinear(nn.Module):
         weight = linear.weight
         if dtype not in (torch.float32, torch.bfloat16):
             raise ValueError(f"oneDNN's packed layout is used here for float32 or bfloat16, got {dtype}")
-        if weight.device.type != "cpu":
-            raise ValueError(f"the onednn kernel runs on a CPU only; the weight is on {weight.device.type}")
-        if not torch.backends.mkldnn.is_available():
-            raise RuntimeError("this PyTorch is built without oneDNN (mkldnn): use kernel='aten'")
+        _require("bfloat16" if dtype == torch.bfloat16 else "float32", "onednn", weight.device)
         self.in_features, self.out_features, self.dtype = linear.in_features, linear.out_features, dtype
         self.register_buffer("weight", weight.detach().to(dtype).clone())  # (N, K)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
@@ -215,12 +257,7 @@ class Int8Linear(nn.Module):
             kernel = "int8pack" if weight.device.type == "cpu" else "dequantize"
         if kernel not in INT8_KERNELS:
             raise ValueError(f"unknown int8 kernel {kernel!r}; choose one of auto, {', '.join(INT8_KERNELS)}")
-        if kernel != "dequantize" and weight.device.type != "cpu":
-            raise ValueError(f"the {kernel} kernel runs on a CPU only; the weight is on {weight.device.type}")
-        if kernel.startswith("fbgemm") and not fbgemm_available():
-            raise RuntimeError(
-                f"this PyTorch's quantized engine is {torch.backends.quantized.engine!r}, not x86/fbgemm"
-            )
+        _require("int8", kernel, weight.device)
         self.in_features, self.out_features, self.kernel = linear.in_features, linear.out_features, kernel
         q, scale = quantize_int8(weight)
         self.register_buffer("weight", q)  # (N, K) int8
@@ -271,8 +308,7 @@ class Int4Linear(nn.Module):
             kernel = "tinygemm" if weight.device.type == "cpu" and fits else "dequantize"
         if kernel not in INT4_KERNELS:
             raise ValueError(f"unknown int4 kernel {kernel!r}; choose one of auto, {', '.join(INT4_KERNELS)}")
-        if kernel == "tinygemm" and weight.device.type != "cpu":
-            raise ValueError(f"the tinygemm kernel here is the CPU one; the weight is on {weight.device.type}")
+        _require("int4", kernel, weight.device)
         if kernel == "tinygemm" and weight.shape[0] % 16:
             raise ValueError(f"the tinygemm kernel needs out_features divisible by 16, got {weight.shape[0]}")
         self.in_features, self.out_features = linear.in_features, linear.out_features
@@ -357,6 +393,39 @@ def quantize_model(
                 this_kernel = kernel if this == mode else "auto"
                 setattr(module, name, _replacement(child, this, this_kernel, group_size))
     return quantized
+
+
+FORMATS = {  # chapter 14's formats, compared on quality: name -> (mode, kernel, head)
+    "float32": ("float32", "auto", None),
+    "bfloat16": ("bfloat16", "auto", None),
+    "int8": ("int8", "auto", None),
+    "int4, int8 head": ("int4", "auto", "int8"),
+    "int4 everywhere": ("int4", "auto", None),
+}
+KERNEL_VARIANTS = {  # and the other kernels its speed table adds
+    "int8, dequantize in Python": ("int8", "dequantize", None),
+    "int8, fbgemm": ("int8", "fbgemm", None),
+    "float32, oneDNN packed": ("float32", "onednn", None),
+    "bfloat16, oneDNN packed": ("bfloat16", "onednn", None),
+}
+
+
+def quantized_versions(model: nn.Module, rows: dict[str, tuple[str, str, str | None]]) -> dict[str, nn.Module | str]:
+    """Each row (name -> ``(mode, kernel, head)``, as :data:`FORMATS`) as a copy of ``model`` quantized on
+    its device, or, where this machine cannot run the row's kernel, the reason in words (a ``str``:
+    :func:`unavailable`). Float32 with the default kernel is ``model`` itself. A table built from this
+    shows every row a student's machine can run and says why of the others."""
+    device = runtime.model_device(model)
+    versions = {}
+    for name, (mode, kernel, head) in rows.items():
+        why = unavailable(mode, kernel, device)
+        if why:
+            versions[name] = why
+        elif (mode, kernel, head) == ("float32", "auto", None):
+            versions[name] = model
+        else:
+            versions[name] = quantize_model(model, mode, kernel=kernel, head=head)
+    return versions
 
 
 def weight_bytes(model: nn.Module) -> int:

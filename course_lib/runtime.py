@@ -11,8 +11,6 @@ import math
 import os
 import random
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,24 +36,84 @@ BUDGETS = ("full", "ci")
 
 KERNELS_ENV = "ATEN_CPU_CAPABILITY"
 """PyTorch's own variable: which of its CPU kernels to run (an x86 CPU with AVX-512 can also run the
-AVX2 and the plain ones). Other CPUs compute other last bits of a float32 sum; the portability
-check (``scripts/check_portability.py``) runs the course under each."""
+AVX2 and the plain ones). It limits ATen's kernels only, and torch believes it without asking the CPU
+(``avx512`` on a CPU without AVX-512 crashes at the first AVX-512 instruction)."""
 
 KERNEL_PATHS = ("default", "avx2", "avx512")
 
+CPU_PROFILES: dict[str, dict[str, str]] = {
+    "native": {},
+    "laptop": {  # most students' laptops: AVX2, no AVX-512 (Intel Core 12th-14th gen, AMD Zen 2/3)
+        KERNELS_ENV: "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+    },
+    "default": {  # an old CPU: ATen's plain kernels, oneDNN and MKL at SSE4 (fbgemm has no lower level)
+        KERNELS_ENV: "default",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+        "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+    },
+}
+"""The CPUs the portability check makes this one behave as, each an environment for a fresh process.
+Each library that picks its own kernels reads its own limit: ``ATEN_CPU_CAPABILITY`` alone would leave
+oneDNN (bfloat16 and packed products), MKL (float32 matrix products) and fbgemm (int8) on this CPU's
+AVX-512. A limit only lowers what a library uses; no variable adds what the hardware lacks."""
 
-def cpu_kernel_paths(python: str = sys.executable) -> list[str]:
-    """The kernel paths of :data:`KERNEL_PATHS` this machine can run: a fresh interpreter under each
-    ``ATEN_CPU_CAPABILITY`` reports what torch picked, and a path it cannot run (it falls back to
-    another) is left out."""
-    probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
-    paths = []
-    for path in KERNEL_PATHS:
-        env = {**os.environ, KERNELS_ENV: path}
-        picked = subprocess.run([python, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
-        if picked.strip().lower() == path:
-            paths.append(path)
-    return paths
+
+def _hardware(name: str) -> bool:
+    probe = getattr(torch.cpu, f"_is_{name}_supported", None)  # asks the CPU itself (cpuinfo)
+    return bool(probe and probe())
+
+
+def _onednn_bf16() -> bool:
+    if not torch.backends.mkldnn.is_available():
+        return False
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())  # oneDNN's own check, within its ISA limit
+
+
+def cpu_capabilities() -> dict[str, bool]:
+    """What this process can run on its CPU, asked of the hardware and of each library, never of a
+    variable: the instruction sets the CPU reports (``avx2``, ``avx512``, ``avx512_bf16``, ``amx``),
+    whether oneDNN is built in and will multiply bfloat16 here (``onednn``, ``onednn_bf16``: it asks the
+    CPU itself, within its own limit), and whether PyTorch's x86 int8 engine is (``fbgemm``: listed only
+    on a CPU it supports; a Mac has only qnnpack). ``native_bf16``: bfloat16 products in hardware and a
+    library that uses them; elsewhere bfloat16 is emulated, slower than float32."""
+    onednn_bf16 = _onednn_bf16()
+    native = (_hardware("avx512_bf16") or _hardware("amx_tile")) and onednn_bf16
+    return {
+        "avx2": _hardware("avx2"),
+        "avx512": _hardware("avx512"),
+        "avx512_bf16": _hardware("avx512_bf16"),
+        "amx": _hardware("amx_tile"),
+        "onednn": torch.backends.mkldnn.is_available(),
+        "onednn_bf16": onednn_bf16,
+        "native_bf16": native,
+        "fbgemm": "fbgemm" in torch.backends.quantized.supported_engines,
+    }
+
+
+def aten_kernels() -> str:
+    """The ATen kernel path this process runs (``default``, ``avx2`` or ``avx512``): what torch reports,
+    checked against the hardware (torch takes ``ATEN_CPU_CAPABILITY`` on trust)."""
+    picked = torch.backends.cpu.get_cpu_capability().lower()
+    if picked not in KERNEL_PATHS:  # another architecture's names (NEON, SVE): its plain path for us
+        return "default"
+    if picked == "avx512" and not _hardware("avx512"):
+        raise RuntimeError(
+            f"{KERNELS_ENV}={os.environ.get(KERNELS_ENV)!r} asks for AVX-512 kernels on a CPU without AVX-512: "
+            "unset it (torch does not check, and would crash at the first AVX-512 instruction)"
+        )
+    return picked
+
+
+def cpu_profiles() -> list[str]:
+    """The profiles of :data:`CPU_PROFILES` this machine can act as: ``native`` always; ``laptop`` where
+    the CPU has AVX2 and AVX-512 (with AVX2 alone it already is one); ``default`` on an x86 CPU."""
+    x86 = torch.backends.cpu.get_cpu_capability().lower() in KERNEL_PATHS
+    has = {"native": True, "laptop": _hardware("avx2") and _hardware("avx512"), "default": x86}
+    return [name for name in CPU_PROFILES if has[name]]
 
 
 def _available(kind: str) -> bool:
@@ -68,8 +126,11 @@ def _available(kind: str) -> bool:
 
 
 def get_device() -> torch.device:
-    """The device to train and generate on: ``COURSE_DEVICE`` if set, else the fastest
-    present (CUDA, then Apple's MPS, then the CPU)."""
+    """The device to train and generate on: ``COURSE_DEVICE`` if set, else a CUDA GPU if torch sees
+    one, else the CPU. Apple's MPS only when asked for (``COURSE_DEVICE=mps``, untested): each of its
+    operations costs tens of microseconds to launch, so the course's small models run faster on the
+    Mac's CPU. A GPU comes with its index (``cuda:0``), as a tensor's device does, so the two compare
+    equal (``torch.device("cuda") != torch.device("cuda:0")``)."""
     forced = os.environ.get(DEVICE_ENV, "").strip().lower()
     if forced:
         if forced not in DEVICES:
@@ -79,8 +140,16 @@ def get_device() -> torch.device:
                 f"{DEVICE_ENV}={forced!r} but this machine has no {forced.upper()} device that torch "
                 f"{torch.__version__} can use; unset {DEVICE_ENV} to pick the best one present"
             )
-        return torch.device(forced)
-    return torch.device(next(kind for kind in ("cuda", "mps", "cpu") if _available(kind)))
+        return _indexed(forced)
+    return _indexed("cuda" if _available("cuda") else "cpu")
+
+
+def _indexed(kind: str) -> torch.device:
+    if kind == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    if kind == "mps":
+        return torch.device("mps", 0)  # MPS has one device; its tensors say mps:0
+    return torch.device(kind)
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -102,13 +171,12 @@ def evaluating(model: nn.Module) -> Iterator[nn.Module]:
 
 def native_bf16(device: torch.device) -> bool:
     """Whether ``device`` multiplies bfloat16 matrices natively (then about 2x faster than
-    float32): CUDA GPUs from Ampere on, CPUs with AVX-512 BF16 or AMX. Elsewhere bfloat16
-    is emulated and slower, so training stays in float32."""
+    float32): CUDA GPUs from Ampere on, CPUs with AVX-512 BF16 or AMX whose oneDNN uses them
+    (:func:`cpu_capabilities`). Elsewhere bfloat16 is emulated and slower, so training stays in float32."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device.type == "cpu":
-        checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-        return any(check() for check in checks if check is not None)
+        return cpu_capabilities()["native_bf16"]
     return False
 
 
@@ -202,6 +270,7 @@ def start(seed: int = 1337) -> None:
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # torch.profiler: no start/stop log lines (read at first use)
     for name in QUIET_LOGGERS:  # their warnings would land in the notebook's outputs
         logging.getLogger(name).setLevel(logging.ERROR)
+    aten_kernels()  # a variable asking for kernels this CPU lacks: a clear error now, not a crash later
     threads = configure_threads()
     seed_everything(seed)
     print(

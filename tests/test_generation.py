@@ -360,6 +360,40 @@ def static_pieces(model, rows, lengths, cache, ids):
     return pieces
 
 
+def test_every_tensor_a_decoding_step_writes_is_a_static_address():
+    """A CUDA graph replays a step at fixed addresses, so inductor records one only if every tensor
+    the step mutates is marked static; one unmarked write (each layer writes through a view of the
+    cache, and a view does not carry its base's mark) and it skips the graph for the whole step.
+    Every in-place write of a prefill and a decoding step is recorded here, on the CPU."""
+    from torch._dynamo.utils import get_static_address_type
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from course_lib.generation import decode_step
+
+    class Writes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.written = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            for argument, value in zip(func._schema.arguments, args):
+                if argument.alias_info is not None and argument.alias_info.is_write:
+                    self.written.append((func.__name__, value))
+            return func(*args, **kwargs)
+
+    model = sharp_model("rope", n_kv_heads=2)
+    cache = model.new_static_cache(torch.tensor([2, 0]), 12)
+    with torch.no_grad(), Writes() as writes:
+        model(torch.tensor([[0, 0, 5, 6], [7, 8, 9, 10]]), cache=cache)  # the prompt
+        decode_step(model, cache, torch.tensor([[11], [12]]))  # one step
+    names = {name for name, _ in writes.written}
+    assert {"index_copy_.default", "add_.Tensor"} <= names  # the layers' keys and values, the slot
+    assert len(writes.written) == 2 * (2 * len(model.transformer.h) + 1)
+    unmarked = [name for name, tensor in writes.written if get_static_address_type(tensor) is None]
+    assert unmarked == []
+
+
 def test_the_compiled_step_generates_the_same_tokens(one_thread):
     from torch._dynamo.utils import counters
 

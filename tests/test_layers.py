@@ -84,4 +84,7 @@ def test_fused_layers_compute_the_written_out_function(make):
     torch.testing.assert_close(fast(x), slow(x), atol=1e-5, rtol=1e-5)
     (gx_fast,) = torch.autograd.grad(fast(x).square().sum(), x)
     (gx_slow,) = torch.autograd.grad(slow(x).square().sum(), x)
-    torch.testing.assert_close(gx_fast, gx_slow, atol=1e-4, rtol=1e-4)
+    # float32 rounds relative to the terms of a sum, not to its result: an entry where large terms
+    # cancel carries an error of the largest entries' size (4e-4 on an AVX2 CPU's kernels, here ~1e3)
+    scale = gx_slow.abs().max().item()
+    torch.testing.assert_close(gx_fast, gx_slow, atol=1e-6 * scale, rtol=1e-4)

@@ -3,6 +3,9 @@ every kernel against the teaching path, whole models, bytes read, and bad input.
 
 import copy
 import math
+import re
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -10,26 +13,34 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from course_lib import runtime
 from course_lib.generation import generate
 from course_lib.quantization import (
+    FORMATS,
+    KERNEL_VARIANTS,
     BF16Linear,
     Int4Linear,
     Int8Linear,
+    NotOnThisCPU,
     PackedLinear,
     cache_bytes,
     dequantize_int4,
     dequantize_int8,
-    fbgemm_available,
     pack_int4,
     profile_step,
     quantize_int4,
     quantize_int8,
     quantize_model,
+    quantized_versions,
     read_probe,
     relative_error,
+    unavailable,
     unpack_int4,
     weight_bytes,
 )
+
+FBGEMM = unavailable("int8", "fbgemm")  # None where this CPU runs fbgemm, else why not
+PACKED_BF16 = unavailable("bfloat16", "onednn")
 
 
 @pytest.fixture
@@ -164,12 +175,12 @@ def test_int8_kernels_agree(linear, generator):
         expected = teaching(x)
         assert expected.shape == (3, 7, 48)
         assert (int8pack(x) - expected).abs().max() < 0.01 * expected.abs().max()  # bfloat16 inputs and outputs
-        if fbgemm_available():  # the input quantized too (7 bits per row): a looser match
+        if FBGEMM is None:  # the input quantized too (7 bits per row): a looser match
             fbgemm = Int8Linear(linear, kernel="fbgemm")
             assert (fbgemm(x[0, :1]) - expected[0, :1]).abs().max() < 0.03 * expected.abs().max()
 
 
-@pytest.mark.skipif(not fbgemm_available(), reason="PyTorch's x86 int8 kernels are not built in")
+@pytest.mark.skipif(FBGEMM is not None, reason=str(FBGEMM))
 def test_fbgemm_per_token_keeps_each_token_apart(linear, generator):
     """One token with activations 1000 times larger (an outlier, as real models have): with one
     scale for the whole input the other tokens round to almost nothing; with a scale per token
@@ -216,7 +227,12 @@ def test_bf16_layer_is_a_bfloat16_product(linear, generator):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_packed_layer_changes_the_layout_not_the_numbers(linear, generator, dtype):
     """oneDNN's packed weight gives the product F.linear gives with the same weight, for one row
-    (decoding) and for several (a speculative check), with and without a bias."""
+    (decoding) and for several (a speculative check), with and without a bias; on a CPU where oneDNN
+    cannot pack bfloat16 (a laptop without AVX-512), the layer refuses, saying why."""
+    if dtype == torch.bfloat16 and PACKED_BF16 is not None:
+        with pytest.raises(NotOnThisCPU, match="AVX-512"):
+            PackedLinear(linear, dtype)
+        return
     layer = PackedLinear(linear, dtype)
     assert layer.weight.dtype == dtype and layer.bias.dtype == torch.float32
     with torch.no_grad():
@@ -268,6 +284,10 @@ def test_float32_mode_is_an_equal_copy(tiny_gpt, same_weights):
 @pytest.mark.parametrize("mode", ["float32", "bfloat16"])
 def test_packed_model_decodes_as_the_plain_one(tiny_gpt, mode, one_thread):
     model = tiny_gpt(0).eval()
+    if unavailable(mode, "onednn") is not None:
+        with pytest.raises(NotOnThisCPU, match=re.escape(unavailable(mode, "onednn"))):
+            quantize_model(model, mode, kernel="onednn")
+        return
     plain, packed = quantize_model(model, mode), quantize_model(model, mode, kernel="onednn")
     assert all(type(m) is not nn.Linear for m in packed.modules())
     assert isinstance(packed.lm_head, PackedLinear) and packed.lm_head.dtype == getattr(torch, mode)
@@ -307,12 +327,84 @@ def test_quantized_model_runs_on_the_meta_device(tiny_gpt):
         quantized = quantize_model(model, mode)
         logits = quantized(ids)
         assert logits.device.type == "meta" and logits.shape == (1, 5, 40)
-    with pytest.raises(ValueError, match="runs on a CPU only"):
+    with pytest.raises(ValueError, match="int8pack kernel runs on a CPU only; the model is on meta"):
         quantize_model(model, "int8", kernel="int8pack")
-    with pytest.raises(ValueError, match="CPU one"):
+    with pytest.raises(ValueError, match="tinygemm kernel runs on a CPU only"):
         quantize_model(model, "int4", kernel="tinygemm")
     with pytest.raises(ValueError, match="onednn kernel runs on a CPU only"):
         quantize_model(model, "float32", kernel="onednn")
+
+
+# == what each CPU can run =================================================================
+
+NO_FAST_KERNELS = {  # a Mac's CPU as PyTorch sees it: no oneDNN, no fbgemm, no native bfloat16
+    "avx2": False,
+    "avx512": False,
+    "avx512_bf16": False,
+    "amx": False,
+    "onednn": False,
+    "onednn_bf16": False,
+    "native_bf16": False,
+    "fbgemm": False,
+}
+
+
+@pytest.mark.parametrize(
+    "missing, refused",
+    [
+        ({"onednn_bf16": False, "native_bf16": False}, {"bfloat16, oneDNN packed": "AVX-512"}),  # an AVX2 laptop
+        (
+            NO_FAST_KERNELS,  # a Mac
+            {
+                "bfloat16, oneDNN packed": "without oneDNN",
+                "float32, oneDNN packed": "without oneDNN",
+                "int8, fbgemm": "x86 int8 engine (fbgemm)",
+            },
+        ),
+    ],
+    ids=["laptop", "mac"],
+)
+def test_every_row_of_chapter_14_runs_or_says_why_not(tiny_gpt, monkeypatch, missing, refused, one_thread):
+    """Chapter 14's rows on a CPU without what its fast kernels need (the probes patched): each row is
+    a model that computes nearly what float32 computes and generates, or the reason it cannot run
+    here. The next unguarded kernel fails this test on any machine."""
+    has = {**runtime.cpu_capabilities(), **missing}
+    monkeypatch.setattr(runtime, "cpu_capabilities", lambda: dict(has))
+    model = tiny_gpt(0, d_model=64).eval()
+    versions = quantized_versions(model, {**FORMATS, **KERNEL_VARIANTS})
+    assert list(versions) == [*FORMATS, *KERNEL_VARIANTS]
+    assert {name for name, v in versions.items() if isinstance(v, str)} == set(refused)
+    assert all(why in versions[name] for name, why in refused.items())
+    ids = torch.randint(0, 40, (1, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        reference = model(ids)
+        for name, version in versions.items():
+            if isinstance(version, str):
+                mode, kernel, _ = {**FORMATS, **KERNEL_VARIANTS}[name]
+                with pytest.raises(NotOnThisCPU, match=re.escape(version)):
+                    quantize_model(model, mode, kernel=kernel)
+                continue
+            gap = (version(ids) - reference).abs().max() / reference.abs().max()
+            assert gap < (0.3 if name.startswith("int4") else 0.05), name
+            assert generate(version, ids, 3, greedy=True).shape == (1, 13)
+
+
+def test_the_laptop_profile_reproduces_the_laptops_refusal():
+    """Under the laptop profile (ATen, oneDNN, MKL and fbgemm held to AVX2), an AVX-512 machine refuses
+    to pack bfloat16 as an AVX2 laptop does, and counts no native bfloat16."""
+    if "laptop" not in runtime.cpu_profiles():
+        pytest.skip("this CPU has no AVX-512 to hold back: it is a laptop already, or no x86")
+    probe = (
+        "from course_lib import quantization as q, runtime\n"
+        "print(runtime.aten_kernels(), runtime.cpu_capabilities()['native_bf16'])\n"
+        "print(q.unavailable('bfloat16', 'onednn'))\n"
+        "import torch; q.PackedLinear(torch.nn.Linear(64, 64), torch.bfloat16)"
+    )
+    env = {**runtime.os.environ, **runtime.CPU_PROFILES["laptop"]}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert out.stdout.splitlines()[0] == "avx2 False"
+    assert "AVX-512 (BW, VL and DQ) or AVX-NE-CONVERT" in out.stdout and "ONEDNN_MAX_CPU_ISA=AVX2" in out.stdout
+    assert out.returncode == 1 and "NotOnThisCPU" in out.stderr
 
 
 FORMATS_AND_KERNELS = [("float32", "auto"), ("float32", "onednn"), ("int8", "auto"), ("int4", "auto")]

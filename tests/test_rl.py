@@ -33,7 +33,7 @@ from course_lib.rl import (
     train_expert_iteration,
     train_grpo,
 )
-from course_lib.runtime import KERNEL_PATHS, KERNELS_ENV, THREADS_ENV, cpu_kernel_paths
+from course_lib.runtime import CPU_PROFILES, THREADS_ENV, cpu_profiles
 from course_lib.tasks import (
     ADDITION_CHARACTERS,
     addition_answer,
@@ -414,19 +414,19 @@ print(json.dumps({"step": history.steps[-1], "val": history.val_accuracy[-1],
 
 
 @pytest.fixture(scope="module")
-def kernel_paths():
-    return cpu_kernel_paths()
+def profiles():
+    return cpu_profiles()
 
 
-@pytest.mark.parametrize("path", KERNEL_PATHS)
-def test_chapter_13_starts_at_partial_skill_on_every_kernel_path(path, kernel_paths):
+@pytest.mark.parametrize("profile", CPU_PROFILES)
+def test_chapter_13_starts_at_partial_skill_on_every_cpu_profile(profile, profiles):
     """Notebook 13 rests on a model that is right about half the time. Stopped at a fixed step, the
     supervised run landed anywhere from 0.36 to 0.76 depending on the CPU's float32 kernels; stopped
-    on the criterion it must land in the band on each kernel path this machine can run (as the
+    on the criterion it must land in the band on each CPU profile this machine can act as (as the
     notebook runs: 2 threads, seed 0)."""
-    if path not in kernel_paths:
-        pytest.skip(f"this CPU cannot run PyTorch's {path} kernels")
-    env = {**os.environ, KERNELS_ENV: path, THREADS_ENV: "2"}
+    if profile not in profiles:
+        pytest.skip(f"this CPU cannot act as the {profile} profile (it lacks the instructions to hold back)")
+    env = {**os.environ, **CPU_PROFILES[profile], THREADS_ENV: "2"}
     out = subprocess.run([sys.executable, "-c", START], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     start = json.loads(out.stdout.strip().splitlines()[-1])

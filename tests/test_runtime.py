@@ -4,15 +4,29 @@ import torch
 from course_lib import runtime
 
 
-def test_device_prefers_cuda_then_mps_then_cpu(monkeypatch):
+def test_device_is_cuda_when_present_else_the_cpu_and_mps_only_when_asked(monkeypatch):
+    """A Mac's CPU runs the course's small models faster than MPS, so MPS is never picked by itself."""
     monkeypatch.delenv(runtime.DEVICE_ENV, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
-    assert runtime.get_device().type == "cpu"
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
-    assert runtime.get_device().type == "mps"
+    assert runtime.get_device() == torch.device("cpu")
+    monkeypatch.setenv(runtime.DEVICE_ENV, "mps")
+    assert runtime.get_device() == torch.device("mps", 0)  # what an MPS tensor's .device says
+    monkeypatch.delenv(runtime.DEVICE_ENV)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert runtime.get_device().type == "cuda"
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert runtime.get_device() == torch.device("cuda", 0)
+
+
+def test_a_gpu_device_compares_equal_to_its_tensors_device(monkeypatch):
+    """A CUDA tensor's device carries its index, and torch.device("cuda") != torch.device("cuda:0"):
+    notebooks 07 and 08 assert that a generated output is on ``device``, which failed on a GPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)  # the GPU torch.cuda.set_device chose
+    for forced in ("", "cuda"):
+        monkeypatch.setenv(runtime.DEVICE_ENV, forced)
+        device = runtime.get_device()
+        assert device.index == 1 and device == torch.device("cuda:1") != torch.device("cuda")
 
 
 def test_seed_everything_makes_draws_repeat():
@@ -61,6 +75,7 @@ def test_progress_switch(monkeypatch):
 
 def test_course_device_forces_a_device_and_says_what_is_wrong(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setenv(runtime.DEVICE_ENV, "cpu")
     assert runtime.get_device().type == "cpu"  # a GPU is present, the CPU was asked for
     monkeypatch.setenv(runtime.DEVICE_ENV, " CUDA ")
@@ -112,17 +127,59 @@ def test_seconds_per_call_is_the_median_of_repeated_timings(monkeypatch):
         runtime.seconds_per_call(fn, timings=0)
 
 
-def test_kernel_paths_are_those_torch_reports(monkeypatch):
-    picked = {"default": "DEFAULT", "avx2": "AVX2", "avx512": "AVX2"}  # no AVX-512: falls back
+def fake_cpu(monkeypatch, *features):
+    """This process's CPU as one with only ``features`` (the names of torch.cpu's probes)."""
+    for name in ("avx2", "avx512", "avx512_bf16", "amx_tile"):
+        monkeypatch.setattr(torch.cpu, f"_is_{name}_supported", lambda name=name: name in features, raising=False)
 
-    def fake_run(args, env, **kwargs):
-        class Done:
-            stdout = picked[env[runtime.KERNELS_ENV]] + "\n"
 
-        return Done()
+def test_capabilities_come_from_the_hardware_and_the_libraries(monkeypatch):
+    has = runtime.cpu_capabilities()
+    assert set(has) == {"avx2", "avx512", "avx512_bf16", "amx", "onednn", "onednn_bf16", "native_bf16", "fbgemm"}
+    assert has["native_bf16"] == ((has["avx512_bf16"] or has["amx"]) and has["onednn_bf16"])
+    assert runtime.native_bf16(torch.device("cpu")) == has["native_bf16"]
+    fake_cpu(monkeypatch, "avx2")  # a laptop: no AVX-512, so no native bfloat16 whatever oneDNN says
+    has = runtime.cpu_capabilities()
+    assert has["avx2"] and not has["avx512"] and not has["native_bf16"]
+    assert not runtime.native_bf16(torch.device("cpu"))
 
-    monkeypatch.setattr(runtime.subprocess, "run", fake_run)
-    assert runtime.cpu_kernel_paths() == ["default", "avx2"]
+
+def test_a_variable_asking_for_kernels_the_cpu_lacks_is_refused(monkeypatch):
+    """torch takes ATEN_CPU_CAPABILITY=avx512 on trust and reports AVX512 on an AVX2 laptop, then dies
+    of SIGILL in the first AVX-512 kernel; the course asks the hardware and says so first."""
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.setenv(runtime.KERNELS_ENV, "avx512")
+    fake_cpu(monkeypatch, "avx2")
+    with pytest.raises(RuntimeError, match="asks for AVX-512 kernels on a CPU without AVX-512"):
+        runtime.aten_kernels()
+    with pytest.raises(RuntimeError, match="without AVX-512"):
+        runtime.start()
+    fake_cpu(monkeypatch, "avx2", "avx512")
+    assert runtime.aten_kernels() == "avx512"
+
+
+@pytest.mark.parametrize(
+    "features, profiles",
+    [
+        (("avx2", "avx512"), ["native", "laptop", "default"]),
+        (("avx2",), ["native", "default"]),  # a laptop: native already is the laptop profile
+        ((), ["native", "default"]),
+    ],
+)
+def test_profiles_offered_are_those_the_hardware_can_act_as(monkeypatch, features, profiles):
+    fake_cpu(monkeypatch, *features)
+    assert runtime.cpu_profiles() == profiles
+
+
+def test_the_laptop_profile_limits_every_library_that_picks_its_own_kernels():
+    laptop = runtime.CPU_PROFILES["laptop"]
+    assert laptop == {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+    }
+    assert runtime.CPU_PROFILES["native"] == {} and set(runtime.CPU_PROFILES["default"]) == set(laptop)
 
 
 def test_threads_sets_and_restores_the_count():
