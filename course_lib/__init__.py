@@ -3,7 +3,7 @@
 Each notebook builds an idea by hand, then imports the clean version from here and
 checks that the two agree. One module (or package) per idea:
 
-- ``runtime``        device choice, seeding, threads, the training budget; eval mode, a model's device
+- ``runtime``        device choice, what the CPU can run, seeding, threads, the budget; eval mode, a model's device
 - ``files``          atomic writes, checksums, cached downloads (every file course_lib writes)
 - ``tokenization``   character, word and byte-level BPE tokenizers, BPE training, GPT-2's encoding
                      offline, tokenizer files (a package, one module for each)
@@ -32,7 +32,7 @@ checks that the two agree. One module (or package) per idea:
 - ``preference``     preference pairs, sequence log-probabilities, the DPO loss and training
 - ``rl``             group sampling, group-relative advantages, the GRPO objective and training
 - ``cards``          model cards and datasheets; training FLOPs and energy
-- ``quantization``   int8 and int4 weights by hand, layers with fast CPU kernels, bytes read per step
+- ``quantization``   int8 and int4 weights by hand, fast CPU kernels that ask first, bytes read per step
 - ``speculative``    speculative decoding: the acceptance rule, prompt lookup, model drafts, the speed-up
 - ``plotting``       the figures and token colourings the notebooks show
 - ``widgets``        interactive explorers and the chat widget (ipywidgets)
