@@ -203,9 +203,13 @@ class BF16Linear(nn.Module):
 
 class PackedLinear(nn.Module):
     """``nn.Linear`` whose float32 or bfloat16 weight is reordered once into oneDNN's blocked
-    layout (the layout ``torch.compile`` with freezing gives a CPU's linear layers). The numbers are
-    those of the weight in ``dtype``; only the order in memory changes, so that the product streams
-    the weight once, whether it meets one row (decoding) or a few (a speculative check). The plain
+    layout. ``torch.compile`` with freezing prepacks a CPU's linear layers too, but not always like
+    this (torch 2.13, ``_inductor/fx_passes/mkldnn_fusion.py``): bfloat16 and float16 weights get this
+    oneDNN layout, while float32 on an x86 CPU with MKL gets MKL's packed matrix product for the
+    traced batch size (``mkl._mkl_linear``), oneDNN only when that size is dynamic or the graph is
+    compiled ahead of time. The numbers are those of the weight in ``dtype``; only the order in
+    memory changes, so that the product streams the weight once, whether it meets one row
+    (decoding) or a few (a speculative check). The plain
     weight stays as the ``weight`` buffer (the state dict, :func:`weight_bytes`); the packed copy is
     an opaque oneDNN tensor beside it, made at construction, never saved."""
 
