@@ -501,7 +501,8 @@ class Family:
 
     def __str__(self) -> str:
         width = max(len(f"{a} - {b}") for a, b in self.differences)
-        lines = [f"{self.declared}: {len(self.differences)} comparisons, intervals unadjusted, p Holm-adjusted"]
+        m = len(self.differences)
+        lines = [f"{self.declared} (A - B): {m} comparisons, 95% intervals unadjusted, p Holm-adjusted"]
         for (a, b), d in self.differences.items():
             counts = "" if d.a_only is None else f", only A {d.a_only}, only B {d.b_only}"
             lines.append(

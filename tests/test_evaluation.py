@@ -370,11 +370,11 @@ def test_a_family_is_every_pair_or_each_against_a_named_baseline():
     assert list(family.adjusted.values()) == pytest.approx(list(multipletests(p, method="holm")[1]))
     assert family.above("rope", "none") == family.above("rope", "none") and not family.above("none", "rope")
     text = str(family)
-    assert text.startswith("all pairs: 6 comparisons, intervals unadjusted, p Holm-adjusted")
+    assert text.startswith("all pairs (A - B): 6 comparisons, 95% intervals unadjusted, p Holm-adjusted")
     assert "rope - none" not in text and "none - rope" in text and "only A" in text
     against = compare_family(scores, baseline="none")
     assert list(against.differences) == [("learned", "none"), ("sinusoidal", "none"), ("rope", "none")]
-    assert str(against).startswith("each against none: 3 comparisons")
+    assert str(against).startswith("each against none (A - B): 3 comparisons")
     with pytest.raises(ValueError, match="baseline 'best' is not among"):
         compare_family(scores, baseline="best")
     with pytest.raises(ValueError, match="at least 2 systems"):
