@@ -36,9 +36,11 @@ Intervening (context managers; interventions run before a :func:`capture` record
 - :func:`per_token_loss` ``(logits, idx)`` -> (B, T - 1): the loss of every prediction, to pair
   an intervention with the clean run item by item.
 
-Probing: :func:`probe` ``(features, labels, control_labels, ...)`` -> :class:`ProbeResult`, a
-logistic-regression probe against Hewitt and Liang's (2019) control task
-(:func:`control_task`), with test accuracies, their intervals and the selectivity.
+Probing: :func:`probe` ``(features, labels, control_labels, test=None, seed=0, l2=1e-3)`` ->
+:class:`ProbeResult` (test accuracies with n and 95% intervals, and the selectivity: task minus
+control accuracy, paired over the same test items), logistic-regression probes
+(:func:`fit_linear_probe`) against Hewitt and Liang's (2019) control task (:func:`control_task`:
+each token type a random label).
 """
 
 from __future__ import annotations
@@ -166,7 +168,7 @@ def capture(model: GPT, attention: bool = True) -> Iterator[Cache]:
     def z_hook(layer):
         def hook(module, args):
             x = args[0]  # (B, T, H * D)
-            cache.z[layer] = x.detach().view(*x.shape[:-1], model.config.n_heads, -1)  # (B, T, H, D)
+            cache.z[layer] = x.detach().reshape(*x.shape[:-1], model.config.n_heads, -1)  # (B, T, H, D)
 
         return hook
 
@@ -241,9 +243,11 @@ def _replace_heads(model: GPT, by_layer: dict[int, list[int]], new_z, positions=
 
         def hook(module, args, layer=layer, heads=heads):
             x = args[0]  # (B, T, H * D)
-            z = x.view(*x.shape[:-1], H, -1).clone()  # (B, T, H, D)
+            z = x.reshape(*x.shape[:-1], H, -1).clone()  # (B, T, H, D)
             where = _positions(positions, z.shape[1], z.device)
-            z[:, where, heads] = new_z(layer, z)[:, where].to(z.dtype)
+            new = new_z(layer, z).to(z.dtype)  # (B, T, len(heads), D)
+            for k, head in enumerate(heads):
+                z[:, where, head] = new[:, where, k]
             return (z.view_as(x), *args[1:])
 
         handles.append(_blocks(model)[layer].attn.c_proj.register_forward_pre_hook(hook, prepend=True))
@@ -351,6 +355,8 @@ def per_token_loss(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 
 def _stack(attention: Sequence[torch.Tensor] | torch.Tensor) -> torch.Tensor:
+    if not isinstance(attention, torch.Tensor) and not len(attention):
+        raise ValueError("no attention weights: capture them with capture(model, attention=True)")
     weights = attention if isinstance(attention, torch.Tensor) else torch.stack(list(attention))
     if weights.ndim != 5 or weights.shape[-1] != weights.shape[-2]:
         raise ValueError(f"expected attention weights of shape (L, B, H, T, T), got {tuple(weights.shape)}")
@@ -456,18 +462,35 @@ class ProbeResult:
         )
 
 
-def _fit_logistic(x: torch.Tensor, y: torch.Tensor, n_classes: int, steps: int, lr: float, weight_decay: float):
-    """A multinomial logistic regression fitted by full-batch Adam from zeros (deterministic)."""
+def fit_linear_probe(
+    features: torch.Tensor, labels: torch.Tensor, n_classes: int | None = None, l2: float = 1e-3, max_iter: int = 200
+) -> nn.Linear:
+    """Multinomial logistic regression of ``labels`` (N,) on ``features`` (N, C): the linear map
+    (C -> n_classes) minimising the mean cross-entropy plus ``l2`` times the squared weights (the
+    penalty keeps separable data from driving the weights to infinity). Fitted by L-BFGS from
+    zeros, so the same data always give the same probe."""
+    x, y = features.float(), labels.long().to(features.device)
+    n_classes = int(y.max()) + 1 if n_classes is None else n_classes
     linear = nn.Linear(x.shape[1], n_classes, device=x.device)
     nn.init.zeros_(linear.weight)
     nn.init.zeros_(linear.bias)
-    optimizer = torch.optim.Adam(linear.parameters(), lr=lr, weight_decay=weight_decay)
+    optimizer = torch.optim.LBFGS(
+        linear.parameters(),
+        max_iter=max_iter,
+        tolerance_grad=1e-9,
+        tolerance_change=1e-12,
+        line_search_fn="strong_wolfe",
+    )
+
+    def closure():
+        optimizer.zero_grad()
+        loss = F.cross_entropy(linear(x), y) + l2 * linear.weight.square().sum()
+        loss.backward()
+        return loss
+
     with torch.enable_grad():
-        for _ in range(steps):
-            optimizer.zero_grad()
-            F.cross_entropy(linear(x), y).backward()
-            optimizer.step()
-    return linear
+        optimizer.step(closure)
+    return linear.requires_grad_(False)
 
 
 def probe(
@@ -477,16 +500,14 @@ def probe(
     test: torch.Tensor | None = None,
     test_fraction: float = 0.3,
     seed: int = 0,
-    steps: int = 300,
-    lr: float = 0.05,
-    weight_decay: float = 0.0,
+    l2: float = 1e-3,
 ) -> ProbeResult:
-    """Train two linear probes on ``features`` (N, C): one for ``labels`` (N,), one for
-    ``control_labels`` (N,), and score both on the same held-out items: ``test`` (N,) booleans,
-    or a random ``test_fraction`` drawn with ``seed``. Features are standardised with the
-    training items' mean and spread. A high task accuracy says the information is linearly
-    readable; only a high *selectivity* says the probe did not just memorise (Hewitt and
-    Liang, 2019)."""
+    """Train two linear probes (:func:`fit_linear_probe`) on ``features`` (N, C): one for
+    ``labels`` (N,), one for ``control_labels`` (N,), and score both on the same held-out items:
+    ``test`` (N,) booleans, or a random ``test_fraction`` drawn with ``seed``. Features are
+    standardised with the training items' mean and spread. A high task accuracy says the
+    information is linearly readable; only a high *selectivity* says the probe did not just
+    memorise (Hewitt and Liang, 2019)."""
     if features.ndim != 2 or labels.shape != (features.shape[0],) or control_labels.shape != labels.shape:
         raise ValueError(
             f"features (N, C), labels (N,) and control_labels (N,) must agree, got {tuple(features.shape)}, "
@@ -499,16 +520,15 @@ def probe(
         order = torch.randperm(N, generator=torch.Generator().manual_seed(seed))
         test = torch.zeros(N, dtype=torch.bool)
         test[order[: max(1, math.floor(test_fraction * N))]] = True
-    test = test.to(features.device)
     if test.shape != (N,) or test.dtype != torch.bool or test.all() or not test.any():
         raise ValueError("test must be an (N,) boolean mask with both training and test items")
+    test = test.to(features.device)
     x = features.float()
     mean, spread = x[~test].mean(dim=0), x[~test].std(dim=0).clamp(min=1e-6)
     x = (x - mean) / spread  # (N, C)
     correct = []
     for y in (labels, control_labels):
         y = y.long().to(x.device)
-        linear = _fit_logistic(x[~test], y[~test], int(y.max()) + 1, steps, lr, weight_decay)
-        with torch.no_grad():
-            correct.append((linear(x[test]).argmax(dim=-1) == y[test]).long().tolist())
+        linear = fit_linear_probe(x[~test], y[~test], int(y.max()) + 1, l2)
+        correct.append((linear(x[test]).argmax(dim=-1) == y[test]).long().tolist())
     return ProbeResult(correct[0], correct[1], paired_difference(correct[0], correct[1]))
