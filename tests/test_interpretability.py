@@ -15,6 +15,8 @@ import torch
 import transformers
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import WhitespaceSplit
+from transformer_lens.head_detector import detect_head
 from transformer_lens.model_bridge import TransformerBridge
 
 from course_lib import interpretability as interp
@@ -43,10 +45,17 @@ V, T, LAYERS, HEADS, WIDTH = 101, 12, 2, 4, 32
 CLOSE = dict(atol=1e-5, rtol=1e-4)
 
 
-def hf_gpt2():
+def hf_gpt2(initializer_range: float = 0.02):
     torch.manual_seed(0)
     config = transformers.GPT2Config(
-        vocab_size=V, n_positions=32, n_embd=WIDTH, n_layer=LAYERS, n_head=HEADS, resid_pdrop=0.0, embd_pdrop=0.0
+        vocab_size=V,
+        n_positions=32,
+        n_embd=WIDTH,
+        n_layer=LAYERS,
+        n_head=HEADS,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        initializer_range=initializer_range,
     )
     hf = transformers.GPT2LMHeadModel(config).eval()
     ours = load_gpt2_state_dict(GPT(GPTConfig.gpt2(vocab_size=V, context_length=32, **SIZE)), hf.state_dict())
@@ -84,16 +93,24 @@ SIZE = dict(n_layers=LAYERS, n_heads=HEADS, d_model=WIDTH)
 BUILDERS = {"gpt2": hf_gpt2, "llama": hf_llama}
 
 
-@pytest.fixture(scope="module", params=list(BUILDERS))
-def pair(request):
-    """(course GPT, TransformerLens bridge) with the same random weights."""
-    hf, ours = BUILDERS[request.param]()
-    # a tokenizer is required but never used (ids go in directly); built here, nothing downloaded
+def bridge_of(hf, architecture: str) -> TransformerBridge:
+    """TransformerLens' bridge on ``hf``. It needs a tokenizer: a word-level one over "t0".."t100",
+    built here (nothing is downloaded), that reads ids written as text."""
     vocab = {f"t{i}": i for i in range(V)}
     tokenizer = transformers.PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="t0")), unk_token="t0"
     )
-    return ours, TransformerBridge.boot_transformers(request.param, hf_model=hf, tokenizer=tokenizer)
+    tokenizer.backend_tokenizer.pre_tokenizer = WhitespaceSplit()
+    bridge = TransformerBridge.boot_transformers(architecture, hf_model=hf, tokenizer=tokenizer)
+    bridge.cfg.default_prepend_bos = False
+    return bridge
+
+
+@pytest.fixture(scope="module", params=list(BUILDERS))
+def pair(request):
+    """(course GPT, TransformerLens bridge) with the same random weights."""
+    hf, ours = BUILDERS[request.param]()
+    return ours, bridge_of(hf, request.param)
 
 
 def ids(seed: int, batch: int = 3) -> torch.Tensor:
@@ -203,6 +220,25 @@ def test_patching_matches_transformer_lens(pair):
         theirs = bridge.run_with_hooks(clean, fwd_hooks=[("blocks.1.hook_resid_pre", resid_hook)])
         torch.testing.assert_close(patched, theirs, **CLOSE)
     assert no_hooks_left(ours)
+
+
+def test_scores_match_the_transformer_lens_head_detector():
+    """TransformerLens' detector divides the attention on the detected keys by all T queries; ours
+    averages over the queries that can match (t >= 1; the P of the second copy), so on one sequence
+    of two copies of P distinct tokens theirs = ours * (T - 1) / T and ours * P / T. A wide
+    initialisation gives peaked, unequal heads, so a key off by one would show."""
+    hf, ours = hf_gpt2(initializer_range=0.5)
+    bridge = bridge_of(hf, "gpt2")
+    P = T // 2
+    half = torch.randperm(V, generator=torch.Generator().manual_seed(0))[:P]
+    tokens = torch.cat([half, half])[None]  # (1, T)
+    text = " ".join(f"t{i}" for i in tokens[0].tolist())
+    assert torch.equal(bridge.to_tokens(text).cpu(), tokens)
+    _, cache = run_with_cache(ours, tokens)
+    induction, previous = induction_scores(cache.attention, P), previous_token_scores(cache.attention)
+    assert induction.max() - induction.min() > 0.05  # the heads differ
+    torch.testing.assert_close(detect_head(bridge, text, "induction_head"), induction * P / T, **CLOSE)
+    torch.testing.assert_close(detect_head(bridge, text, "previous_token_head"), previous * (T - 1) / T, **CLOSE)
 
 
 # -- by hand ----------------------------------------------------------------------------------
