@@ -46,6 +46,7 @@ each token type a random label).
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -82,11 +83,17 @@ class Cache:
     def n_layers(self) -> int:
         return len(self.z)
 
+    def __repr__(self) -> str:
+        def shapes(tensors):
+            return f"{len(tensors)} x {tuple(tensors[0].shape)}" if tensors and tensors[0] is not None else "[]"
+
+        return f"Cache(resid={shapes(self.resid)}, attention={shapes(self.attention)}, z={shapes(self.z)})"
+
     def head_outputs(self, layer: int) -> torch.Tensor:
         """(B, T, H, C): what each head of ``layer`` adds to the residual stream, z_h through its
         own D columns of ``c_proj`` (no bias: the bias belongs to no head). Summed over heads
         and plus the bias, it is the attention layer's output."""
-        _check_layer(layer, self.n_layers)
+        layer = _check_layer(layer, self.n_layers)
         z = self.z[layer]  # (B, T, H, D)
         B, T, H, D = z.shape
         w = self.out_weights[layer].view(-1, H, D)  # (C, H, D): head h's slice of c_proj
@@ -99,30 +106,37 @@ def _blocks(model: GPT) -> nn.ModuleList:
     return model.transformer.h
 
 
-def _check_layer(layer: int, n_layers: int, allow_final: bool = False) -> None:
-    top = n_layers + 1 if allow_final else n_layers
-    if not isinstance(layer, int) or not 0 <= layer < top:
-        raise ValueError(f"layer {layer!r} is out of range: this model has layers 0..{top - 1}")
+def _index(value, what: str, top: int) -> int:
+    """``value`` as a Python int in 0..top - 1 (a NumPy or 0-d tensor integer is fine)."""
+    try:
+        index = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{what} must be a whole number, got {value!r}") from None
+    if not 0 <= index < top:
+        raise ValueError(f"{what} {index} is out of range: this model has {what}s 0..{top - 1}")
+    return index
+
+
+def _check_layer(layer: int, n_layers: int, allow_final: bool = False) -> int:
+    return _index(layer, "layer", n_layers + 1 if allow_final else n_layers)
 
 
 def _check_heads(model: GPT, heads: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
     """{layer: [head, ...]} from (layer, head) pairs, each checked against the model."""
     by_layer: dict[int, list[int]] = {}
-    n_layers, n_heads = model.config.n_layers, model.config.n_heads
     for pair in heads:
-        if len(pair) != 2:
-            raise ValueError(f"heads are (layer, head) pairs, got {pair!r}")
-        layer, head = pair
-        _check_layer(layer, n_layers)
-        if not isinstance(head, int) or not 0 <= head < n_heads:
-            raise ValueError(f"head {head!r} is out of range: layer {layer} has heads 0..{n_heads - 1}")
-        by_layer.setdefault(layer, []).append(head)
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise ValueError(f"heads are (layer, head) pairs, got {pair!r} (one head is [(layer, head)])")
+        layer = _check_layer(pair[0], model.config.n_layers)
+        head = _index(pair[1], "head", model.config.n_heads)
+        if head not in by_layer.setdefault(layer, []):
+            by_layer[layer].append(head)
     return by_layer
 
 
 def _check_batch(model: GPT, idx: torch.Tensor) -> None:
     device = model_device(model)
-    if idx.device != device:
+    if isinstance(idx, torch.Tensor) and idx.device != device:  # anything else: the model's own checks name it
         raise ValueError(f"the batch is on {idx.device} but the model is on {device}: move it with idx.to({device})")
 
 
@@ -322,7 +336,7 @@ def patch_resid(model: GPT, layer: int, source: Cache, positions=None) -> Iterat
     """Activation patching of the residual stream entering block ``layer`` (``n_layers``: the
     one entering the final norm), at ``positions`` (default all), from ``source``."""
     blocks = _blocks(model)
-    _check_layer(layer, len(blocks), allow_final=True)
+    layer = _check_layer(layer, len(blocks), allow_final=True)
     if len(source.resid) != len(blocks) + 1:
         n = len(blocks) + 1
         raise ValueError(f"the source Cache holds {len(source.resid)} residual streams, the model has {n}")

@@ -10,6 +10,7 @@ ablate and patch the same numbers.
 import copy
 import math
 
+import numpy
 import pytest
 import torch
 import transformers
@@ -412,6 +413,10 @@ def test_the_cache_holds_the_latest_pass():
         model(torch.zeros(2, 5, dtype=torch.long))
         model(torch.zeros(1, 3, dtype=torch.long))
     assert [tuple(r.shape) for r in cache.resid] == [(1, 3, 8)] * 2 and cache.attention[0].shape == (1, 2, 3, 3)
+    assert repr(cache) == "Cache(resid=2 x (1, 3, 8), attention=1 x (1, 2, 3, 3), z=1 x (1, 3, 2, 4))"
+    with ablate_heads(model, [(torch.tensor(0), numpy.int64(1))]), capture(model) as ablated:  # any whole number
+        model(torch.zeros(1, 3, dtype=torch.long))
+    assert ablated.z[0][:, :, 1].abs().max() == 0 and ablated.z[0][:, :, 0].abs().max() > 0
 
 
 # -- hooks always go ---------------------------------------------------------------------------
@@ -458,6 +463,10 @@ def test_bad_input_is_named():
         ablate_heads(model, [(-1, 0)]).__enter__()
     with pytest.raises(ValueError, match="layer 2 is out of range"):
         patch_resid(model, 2, source).__enter__()
+    with pytest.raises(ValueError, match=r"\(layer, head\) pairs, got 0"):
+        ablate_heads(model, (0, 1)).__enter__()  # one head, not wrapped in a list
+    with pytest.raises(ValueError, match="head must be a whole number, got 0.5"):
+        ablate_heads(model, [(0, 0.5)]).__enter__()
     with pytest.raises(ValueError, match="layer 1 is out of range"):
         source.head_outputs(1)
     with pytest.raises(ValueError, match="unknown ablation 'random'"):
