@@ -36,9 +36,9 @@ Intervening (context managers; interventions run before a :func:`capture` record
 - :func:`per_token_loss` ``(logits, idx)`` -> (B, T - 1): the loss of every prediction, to pair
   an intervention with the clean run item by item.
 
-Probing: :func:`probe` ``(features, labels, control_labels, test=None, seed=0, l2=1e-3)`` ->
-:class:`ProbeResult` (test accuracies with n and 95% intervals, and the selectivity: task minus
-control accuracy, paired over the same test items), logistic-regression probes
+Probing: :func:`probe` ``(features, labels, control_labels, test=None, seed=0, l2=1e-3,
+groups=None)`` -> :class:`ProbeResult` (test accuracies with n and 95% intervals, and the
+selectivity: task minus control accuracy, paired over the same test items or groups), logistic-regression probes
 (:func:`fit_linear_probe`) against Hewitt and Liang's (2019) control task (:func:`control_task`:
 each token type a random label).
 """
@@ -55,7 +55,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .evaluation import PairedDifference, paired_difference, wilson_interval
+from .evaluation import PairedDifference, mean_interval, paired_difference, wilson_interval
 from .model import GPT
 from .runtime import evaluating, model_device
 
@@ -441,38 +441,71 @@ def control_task(types: torch.Tensor, labels: torch.Tensor, generator: torch.Gen
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """Test accuracies of the probe on the task and on the control task (same test items), with
-    their 95% Wilson intervals, and the selectivity: task minus control, paired over the items."""
+    """The probe's right (1) or wrong (0) answers on each test item, for the task and the control
+    task (the same items), and what they say: accuracies with 95% intervals, and the selectivity,
+    task minus control paired over the items.
+
+    Without ``groups`` every test item is an independent draw: accuracies are pooled over the n
+    items with Wilson intervals, the selectivity is paired item by item (McNemar's p). With
+    ``groups`` (which sequence each item came from: the tokens of one text are not independent
+    draws), the group is the unit: accuracies are the mean of the groups' accuracies, with an
+    interval over the groups, and the selectivity is paired group by group."""
 
     task_correct: list[int]
     control_correct: list[int]
-    selectivity: PairedDifference
+    groups: list[int] | None = None
+
+    def _per_group(self, correct: list[int]) -> list[float]:
+        right: dict[int, list[int]] = {}
+        for c, g in zip(correct, self.groups):
+            right.setdefault(g, []).append(c)
+        return [sum(r) / len(r) for _, r in sorted(right.items())]
 
     @property
     def n(self) -> int:
+        """Test items."""
         return len(self.task_correct)
 
     @property
-    def task_accuracy(self) -> float:
-        return sum(self.task_correct) / self.n
+    def n_groups(self) -> int:
+        """Independent units among them: the groups, or the items."""
+        return self.n if self.groups is None else len(set(self.groups))
+
+    def _accuracy(self, correct: list[int]) -> tuple[float, tuple[float, float]]:
+        if self.groups is None:
+            return sum(correct) / self.n, wilson_interval(sum(correct), self.n)
+        return mean_interval(self._per_group(correct))
 
     @property
-    def control_accuracy(self) -> float:
-        return sum(self.control_correct) / self.n
+    def task_accuracy(self) -> float:
+        return self._accuracy(self.task_correct)[0]
 
     @property
     def task_interval(self) -> tuple[float, float]:
-        return wilson_interval(sum(self.task_correct), self.n)
+        return self._accuracy(self.task_correct)[1]
+
+    @property
+    def control_accuracy(self) -> float:
+        return self._accuracy(self.control_correct)[0]
 
     @property
     def control_interval(self) -> tuple[float, float]:
-        return wilson_interval(sum(self.control_correct), self.n)
+        return self._accuracy(self.control_correct)[1]
+
+    @property
+    def selectivity(self) -> PairedDifference:
+        """Task minus control accuracy, paired over the same items (or groups): the probe is
+        selective only where its interval lies above 0."""
+        if self.groups is None:
+            return paired_difference(self.task_correct, self.control_correct)
+        return paired_difference(self._per_group(self.task_correct), self._per_group(self.control_correct))
 
     def __str__(self) -> str:
         (tl, th), (cl, ch) = self.task_interval, self.control_interval
+        units = f"n = {self.n}" if self.groups is None else f"n = {self.n} items in {self.n_groups} groups"
         return (
             f"task {self.task_accuracy:.3f} [{tl:.2f}, {th:.2f}], control {self.control_accuracy:.3f} "
-            f"[{cl:.2f}, {ch:.2f}] (n = {self.n}); selectivity {self.selectivity}"
+            f"[{cl:.2f}, {ch:.2f}] ({units}); selectivity {self.selectivity}"
         )
 
 
@@ -515,34 +548,49 @@ def probe(
     test_fraction: float = 0.3,
     seed: int = 0,
     l2: float = 1e-3,
+    groups: torch.Tensor | None = None,
 ) -> ProbeResult:
     """Train two linear probes (:func:`fit_linear_probe`) on ``features`` (N, C): one for
     ``labels`` (N,), one for ``control_labels`` (N,), and score both on the same held-out items:
-    ``test`` (N,) booleans, or a random ``test_fraction`` drawn with ``seed``. Features are
-    standardised with the training items' mean and spread. A high task accuracy says the
-    information is linearly readable; only a high *selectivity* says the probe did not just
-    memorise (Hewitt and Liang, 2019)."""
+    ``test`` (N,) booleans, or a random ``test_fraction`` of the items (of the ``groups``, when
+    given) drawn with ``seed``. With ``groups`` (N,) (e.g. each token's sequence), a group lies
+    wholly in training or in test, and the results count groups as the units (see
+    :class:`ProbeResult`). Features are standardised with the training items' mean and spread.
+
+    A high task accuracy says the information is linearly readable; only a high *selectivity*
+    says the probe did not just memorise (Hewitt and Liang, 2019)."""
     if features.ndim != 2 or labels.shape != (features.shape[0],) or control_labels.shape != labels.shape:
         raise ValueError(
             f"features (N, C), labels (N,) and control_labels (N,) must agree, got {tuple(features.shape)}, "
             f"{tuple(labels.shape)} and {tuple(control_labels.shape)}"
         )
     N = features.shape[0]
+    if groups is not None:
+        if groups.shape != (N,):
+            raise ValueError(f"groups must be (N,) = ({N},), got {tuple(groups.shape)}")
+        groups = groups.long().cpu()
     if test is None:
         if not 0 < test_fraction < 1:
             raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-        order = torch.randperm(N, generator=torch.Generator().manual_seed(seed))
-        test = torch.zeros(N, dtype=torch.bool)
-        test[order[: max(1, math.floor(test_fraction * N))]] = True
+        units = torch.arange(N) if groups is None else groups.unique()
+        order = torch.randperm(len(units), generator=torch.Generator().manual_seed(seed))
+        chosen = units[order[: max(1, math.floor(test_fraction * len(units)))]]
+        test = torch.isin(torch.arange(N) if groups is None else groups, chosen)
+    test = test.cpu()
     if test.shape != (N,) or test.dtype != torch.bool or test.all() or not test.any():
         raise ValueError("test must be an (N,) boolean mask with both training and test items")
-    test = test.to(features.device)
+    if groups is not None:
+        straddling = set(groups[test].tolist()) & set(groups[~test].tolist())
+        if straddling:
+            raise ValueError(f"groups {sorted(straddling)[:5]} have items in both training and test")
     x = features.float()
-    mean, spread = x[~test].mean(dim=0), x[~test].std(dim=0).clamp(min=1e-6)
+    train, test = (~test).to(x.device), test.to(x.device)
+    mean, spread = x[train].mean(dim=0), x[train].std(dim=0).clamp(min=1e-6)
     x = (x - mean) / spread  # (N, C)
     correct = []
     for y in (labels, control_labels):
         y = y.long().to(x.device)
-        linear = fit_linear_probe(x[~test], y[~test], int(y.max()) + 1, l2)
+        linear = fit_linear_probe(x[train], y[train], int(y.max()) + 1, l2)
         correct.append((linear(x[test]).argmax(dim=-1) == y[test]).long().tolist())
-    return ProbeResult(correct[0], correct[1], paired_difference(correct[0], correct[1]))
+    test_groups = None if groups is None else groups[test.cpu()].tolist()
+    return ProbeResult(correct[0], correct[1], test_groups)

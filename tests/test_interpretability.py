@@ -21,8 +21,10 @@ from transformer_lens.head_detector import detect_head
 from transformer_lens.model_bridge import TransformerBridge
 
 from course_lib import interpretability as interp
+from course_lib.evaluation import mean_interval, wilson_interval
 from course_lib.interpretability import (
     Cache,
+    ProbeResult,
     ablate_heads,
     capture,
     control_task,
@@ -562,6 +564,33 @@ def test_probe_separates_information_from_memorisation():
         probe(features, labels[:-1], control)
     with pytest.raises(ValueError, match="both training and test items"):
         probe(features, labels, control, test=torch.ones(n, dtype=torch.bool))
+
+
+def test_probe_results_by_hand():
+    items = ProbeResult(task_correct=[1, 1, 0, 1], control_correct=[0, 1, 0, 0])
+    assert (items.n, items.n_groups, items.task_accuracy, items.control_accuracy) == (4, 4, 0.75, 0.25)
+    assert items.task_interval == wilson_interval(3, 4)
+    assert (items.selectivity.difference, items.selectivity.a_only, items.selectivity.b_only) == (0.5, 2, 0)
+    # the same answers from two sequences: sequence 0 gives task 1, control 1/2; sequence 1 task 1/2, control 0
+    grouped = ProbeResult(task_correct=[1, 1, 0, 1], control_correct=[1, 0, 0, 0], groups=[0, 0, 1, 1])
+    assert (grouped.n, grouped.n_groups, grouped.task_accuracy, grouped.control_accuracy) == (4, 2, 0.75, 0.25)
+    assert grouped.task_interval == mean_interval([1.0, 0.5])[1]  # over the 2 groups, not the 4 items
+    assert grouped.selectivity.difference == 0.5 and grouped.selectivity.n == 2
+    assert grouped.selectivity.low == grouped.selectivity.high == 0.5  # both groups differ by exactly 1/2
+    assert "4 items in 2 groups" in str(grouped)
+
+
+def test_probe_keeps_a_group_on_one_side():
+    gen = torch.Generator().manual_seed(0)
+    groups = torch.arange(40).repeat_interleave(10)  # 40 sequences of 10 tokens
+    features = torch.randn(400, 4, generator=gen)
+    labels = (features[:, 0] > 0).long()
+    control = control_task(torch.randint(0, 20, (400,), generator=gen), labels, gen)
+    result = probe(features, labels, control, groups=groups, test_fraction=0.25)
+    assert result.n == 100 and result.n_groups == 10  # 10 whole sequences held out
+    assert result.selectivity.n == 10 and result.task_accuracy > 0.9
+    with pytest.raises(ValueError, match=r"groups \[0\] have items in both training and test"):
+        probe(features, labels, control, groups=groups, test=torch.arange(400) < 5)
 
 
 def test_the_module_docstring_lists_the_api():
