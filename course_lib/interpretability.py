@@ -17,8 +17,8 @@ Looking:
   into the residual stream;
 - :func:`capture` ``(model, attention=True)``: a context manager yielding a Cache that fills
   whenever the model runs inside it; :func:`run_with_cache` ``(model, idx)`` -> (logits, Cache);
-- :func:`logit_lens` ``(model, cache)`` -> (L + 1, B, T, V): each residual stream read by the
-  model's own final norm and LM head.
+- :func:`logit_lens` ``(model, cache, positions=None)`` -> (L + 1, B, T, V): each residual
+  stream read by the model's own final norm and LM head.
 
 Scoring heads (on lists of (B, H, T, T) weights, e.g. ``cache.attention``):
 
@@ -220,16 +220,20 @@ def run_with_cache(model: GPT, idx: torch.Tensor, attention: bool = True) -> tup
     return logits, cache
 
 
-def logit_lens(model: GPT, cache: Cache) -> torch.Tensor:
+def logit_lens(model: GPT, cache: Cache, positions=None) -> torch.Tensor:
     """(L + 1, B, T, V): what the model would predict if it stopped after each block, reading
     each residual stream with its own final norm and LM head (nostalgebraist, 2020). Layer 0 is
     the embeddings alone; the last equals the model's logits. Earlier layers were never trained
     to be read this way, so a late answer is no proof the model lacks it earlier (a tuned lens
-    learns one map per layer instead)."""
+    learns one map per layer instead).
+
+    ``positions`` (a position or a list of them, e.g. ``-1``) reads only those: (L + 1, B, P, V).
+    A large vocabulary makes the whole table big (SmolLM2, 60 tokens: 1.5 GB)."""
     if len(cache.resid) != model.config.n_layers + 1:
         n = model.config.n_layers + 1
         raise ValueError(f"the cache holds {len(cache.resid)} residual streams, the model needs {n}")
     resid = torch.stack(cache.resid)  # (L + 1, B, T, C)
+    resid = resid[:, :, _positions(positions, resid.shape[2], resid.device)]  # (L + 1, B, P, C)
     with torch.no_grad():
         return model.lm_head(model.transformer.ln_f(resid))  # (L + 1, B, T, V)
 

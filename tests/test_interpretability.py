@@ -163,6 +163,8 @@ def test_logit_lens_matches_transformer_lens(pair):
             name = f"blocks.{layer}.hook_resid_pre" if layer < LAYERS else "ln_final.hook_in"
             torch.testing.assert_close(lens[layer], bridge.unembed(bridge.ln_final(theirs[name])), **CLOSE)
     torch.testing.assert_close(lens[-1], logits, **CLOSE)  # the last layer read is the model's answer
+    torch.testing.assert_close(logit_lens(ours, cache, positions=-1), lens[:, :, -1:])
+    torch.testing.assert_close(logit_lens(ours, cache, positions=[0, 5]), lens[:, :, [0, 5]])
 
 
 def zero_hook(heads):
