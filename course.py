@@ -4,6 +4,7 @@
     python3 course.py test      # install, then run every unit test and every notebook
     python3 course.py slides    # build an offline reveal.js deck per notebook into slides/
     python3 course.py grade PATH... [--out DIR] [--cases FILE]   # grade students' notebooks
+    python3 course.py solutions [NAME...]   # the exercises; the reference solutions of NAME...
 
 ``test`` runs the notebooks with the short CI training budget; ``test --full`` uses the
 full one; ``test --gpu`` runs every notebook on your CUDA GPU with all its assertions.
@@ -57,7 +58,7 @@ def ensure_environment(requirements: str) -> Path:
 
 def main(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("", [])
-    if command not in ("lab", "test", "slides", "grade"):
+    if command not in ("lab", "test", "slides", "grade", "solutions"):
         print(__doc__)
         return 2
     python = ensure_environment("requirements-test.txt" if command == "test" else "requirements.txt")
@@ -67,6 +68,8 @@ def main(argv: list[str]) -> int:
     elif command == "grade":  # the CI budget on the CPU; paths stay relative to where you are
         env.update(COURSE_BUDGET="ci", COURSE_DEVICE="cpu", PYTHONHASHSEED="0")
         return subprocess.run([str(python), "-m", "course_lib.grading", *rest], env=env).returncode
+    elif command == "solutions":
+        args = [str(python), "-m", "course_lib.grading.solutions", *rest]
     elif command == "lab":
         args = [str(python), "-m", "jupyterlab", str(ROOT / "notebooks"), *rest]
         if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root

@@ -1,23 +1,33 @@
 """Self-checks for the exercises at the end of each notebook.
 
 A student writes a function and calls ``check("exercise-name", their_function)``. The
-checker runs it on a handful of cases and answers either "passed" or, for the first case
-that fails, the input, the expected answer, what the function returned, and a hint aimed
-at the usual mistake.
+checker runs it on a handful of cases and answers "passed" or, for the first case that
+fails, the input, the expected answer, what the function returned and a hint. Hints come in
+steps: a nudge on the first failure, more on each failure after it (counted per exercise in
+the running kernel). A starter function that still raises ``NotImplementedError`` gets one
+neutral line, so a notebook is stored showing no case, no answer and no hint.
 
-Each exercise's expected answers come from the tested course_lib implementation, so an
-exercise and the course can never disagree.
+An exercise may ban functions (``bans``): while its check runs they are replaced by one that
+raises :class:`BannedFunction` naming the ban, and passing a banned function itself fails.
+
+Each case's expected answer is either the case's own ``expected`` value (for an exercise whose
+answer is no course_lib function: nothing a student could import answers it) or the
+``reference`` applied to the case's inputs (a tested course_lib function, so the exercise and
+the course can never disagree). Reference solutions for instructors are in
+:mod:`course_lib.grading.solutions` (``python3 course.py solutions NAME``).
 
 The file reads in the order of the course: first the checker, then one block per exercise,
 grouped by notebook (00's exercises first). A block holds everything about one exercise:
-its reference solution (when course_lib has no function that is exactly the answer), then
 ``@exercise(name, reference=..., hint=...)`` on the function that builds its cases.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,45 +47,164 @@ from .quantization import quantize_int8
 from .rl import group_advantages
 from .speculative import prompt_lookup, residual_distribution
 from .tasks import addition_reward
-from .tokenization import get_pair_counts, merge_pair
 from .training import TrainConfig, lr_at
+
+_FROM_REFERENCE: Any = object()  # a case without its own expected value: the reference answers it
 
 
 @dataclass
 class Case:
     args: tuple
     note: str = ""
+    expected: Any = _FROM_REFERENCE  # the answer, for an exercise without a reference
 
 
 @dataclass
 class Exercise:
-    """The cases to try a student's function on, the reference answer, and a hint."""
+    """The cases to try a student's function on, how each is answered, hints in steps, bans."""
 
     name: str
-    reference: Callable
+    reference: Callable | None
     cases: Callable[[], list[Case]]
-    hint: str
+    hints: tuple[str, ...]
+    bans: tuple[str, ...] = ()
+
+    @property
+    def hint(self) -> str:
+        """Every step of the hint in one line (the grader's feedback, after the deadline)."""
+        return " Then: ".join(self.hints)
+
+    def expected(self, case: Case) -> Any:
+        """The answer to ``case``: its own ``expected`` value, else the reference's."""
+        if case.expected is not _FROM_REFERENCE:
+            return case.expected
+        if self.reference is None:
+            raise ValueError(f"exercise {self.name!r}: a case without an expected value and no reference")
+        return self.reference(*case.args)
 
 
 EXERCISES: dict[str, Exercise] = {}  # name -> Exercise, in the order the course uses them
 
 
 def exercise(
-    name: str, *, reference: Callable, hint: str
+    name: str,
+    *,
+    reference: Callable | None = None,
+    hint: str | Sequence[str],
+    bans: Sequence[str] = (),
 ) -> Callable[[Callable[[], list[Case]]], Callable[[], list[Case]]]:
     """Register exercise ``name``; the decorated function returns its cases.
 
-    The cases are built afresh for every :func:`check`, so a student's function that
-    changes its inputs in place cannot spoil the next attempt.
+    ``hint`` is one string or a list of steps (a nudge first); ``bans`` names functions the
+    student may not use, as dotted paths (``"torch.logsumexp"``, ``"torch.Tensor.logsumexp"``).
+    The cases are built afresh for every :func:`check`, so a student's function that changes
+    its inputs in place cannot spoil the next attempt.
     """
+    hints = (hint,) if isinstance(hint, str) else tuple(hint)
+    for path in bans:
+        _resolve(path)  # a misspelt ban fails here, not silently later
 
     def register(cases: Callable[[], list[Case]]) -> Callable[[], list[Case]]:
         if name in EXERCISES:
             raise ValueError(f"exercise {name!r} is defined twice")
-        EXERCISES[name] = Exercise(name=name, reference=reference, cases=cases, hint=hint)
+        EXERCISES[name] = Exercise(name, reference, cases, hints, tuple(bans))
         return cases
 
     return register
+
+
+# == bans: a function made unavailable while a check runs ===================================
+
+
+class BannedFunction(RuntimeError):
+    """Raised by a banned function called while its exercise is checked."""
+
+
+def _resolve(path: str) -> tuple[Any, str]:
+    """``"torch.nn.functional.layer_norm"`` -> (the module torch.nn.functional, "layer_norm")."""
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:-1]:
+            owner = getattr(owner, part)
+        if not hasattr(owner, parts[-1]):
+            raise AttributeError(f"cannot ban {path!r}: there is no such function")
+        return owner, parts[-1]
+    raise ImportError(f"cannot ban {path!r}: no module to find it in")
+
+
+def _is_banned(fn: Any, originals: dict[int, str]) -> str | None:
+    """The banned path ``fn`` is (or wraps with functools.partial), else None."""
+    while True:
+        if id(fn) in originals:
+            return originals[id(fn)]
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif hasattr(fn, "__wrapped__"):
+            fn = fn.__wrapped__
+        else:
+            return None
+
+
+@contextlib.contextmanager
+def banned(paths: Sequence[str], fn: Any = None) -> Iterator[None]:
+    """While inside, each of ``paths`` raises :class:`BannedFunction`, in its module or class and
+    under any name ``fn``'s module or closure bound it to (``from torch import logsumexp``)."""
+    _missing = object()
+    undo: list[tuple[Any, str, Any]] = []
+    originals: dict[int, str] = {}
+
+    def replace(owner: Any, attr: str, value: Any) -> None:
+        before = owner.__dict__.get(attr, _missing) if isinstance(owner, type) else getattr(owner, attr)
+        undo.append((owner, attr, before))
+        setattr(owner, attr, value)
+
+    def refusal(path: str) -> Callable:
+        def refuse(*args: Any, **kwargs: Any) -> Any:
+            raise BannedFunction(f"{path} is banned in this exercise: write it yourself")
+
+        return refuse
+
+    try:
+        for path in paths:
+            owner, attr = _resolve(path)
+            originals[id(getattr(owner, attr))] = path
+            replace(owner, attr, refusal(path))
+        scopes = [getattr(fn, "__globals__", {})] if paths else []
+        for scope in scopes:  # the student's own names for a banned function
+            for name, value in list(scope.items()):
+                if id(value) in originals and not isinstance(value, type):
+                    undo.append((scope, name, value))
+                    scope[name] = refusal(originals[id(value)])
+        for cell in getattr(fn, "__closure__", None) or ():
+            with contextlib.suppress(ValueError):  # an empty cell
+                if id(cell.cell_contents) in originals:
+                    undo.append((cell, "cell_contents", cell.cell_contents))
+                    cell.cell_contents = refusal(originals[id(cell.cell_contents)])
+        yield
+    finally:
+        for owner, attr, before in reversed(undo):
+            if isinstance(owner, dict):
+                owner[attr] = before
+            elif before is _missing:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, before)
+
+
+def banned_use(paths: Sequence[str], fn: Any) -> str | None:
+    """The banned path that ``fn`` itself is (passing ``torch.logsumexp`` as the answer), else None."""
+    originals = {}
+    for path in paths:
+        owner, attr = _resolve(path)
+        originals[id(getattr(owner, attr))] = path
+    return _is_banned(fn, originals)
+
+
+# == the check ==============================================================================
 
 
 @dataclass
@@ -100,6 +229,8 @@ def _same(got: Any, expected: Any) -> bool:
         if expected.is_floating_point():
             return torch.allclose(got.to(expected.dtype), expected, rtol=1e-4, atol=1e-5)
         return torch.equal(got.to(expected.dtype), expected)
+    if isinstance(expected, bool):
+        return isinstance(got, (bool, int)) and bool(got) == expected
     if isinstance(expected, float):
         try:
             value = float(got)
@@ -114,6 +245,8 @@ def _same(got: Any, expected: Any) -> bool:
         return len(got) == len(expected) and all(_same(g, e) for g, e in zip(got, expected))
     if isinstance(expected, list) and isinstance(got, (list, tuple, torch.Tensor)):
         got = got.tolist() if isinstance(got, torch.Tensor) else list(got)
+        if any(isinstance(e, float) for e in expected):
+            return len(got) == len(expected) and all(_same(g, e) for g, e in zip(got, expected))
         return got == expected
     return got == expected
 
@@ -128,27 +261,52 @@ def _show(value: Any, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
+NOT_ATTEMPTED, NEXT_STEP = "✏️", "write your function and run this cell"
+
+
+def _hint_labels(steps: int) -> list[str]:
+    return ["hint:     "] if steps == 1 else [f"hint {i}:   " for i in range(1, steps + 1)]
+
+
+FAILURES: dict[str, int] = {}  # exercise name -> failed checks so far in this kernel: how much hint to show
+
+
 def check(name: str, fn: Callable) -> CheckResult:
-    """Run ``fn`` on every case of exercise ``name``; explain the first failure."""
+    """Run ``fn`` on every case of exercise ``name``; explain the first failure, with one more
+    step of the hint on each failed attempt. A function that raises NotImplementedError has not
+    been written yet: one neutral line, no case, no hint."""
     if name not in EXERCISES:
         raise KeyError(f"no exercise named {name!r}; known exercises: {', '.join(sorted(EXERCISES))}")
     ex = EXERCISES[name]
     cases = ex.cases()
-    for k, case in enumerate(cases, start=1):
-        expected = ex.reference(*case.args)
+    answers = [ex.expected(case) for case in ex.cases()]  # a second copy: fn cannot change these
+    use = banned_use(ex.bans, fn)
+    for k, (case, expected) in enumerate(zip(cases, answers), start=1):
         args_text = ", ".join(_show(a, 120) for a in case.args)
-        try:
-            got = fn(*case.args)
-        except Exception as err:  # the student's code failing is a result to explain
-            got_text, ok = f"raised {type(err).__name__}: {err}", False
+        if use is not None:
+            got_text, ok = f"{use} itself, which this exercise bans: write it yourself", False
         else:
-            got_text, ok = _show(got), _same(got, expected)
+            try:
+                with banned(ex.bans, fn):
+                    got = fn(*case.args)
+            except NotImplementedError:
+                if k == 1:
+                    return CheckResult(name, False, f"{NOT_ATTEMPTED} {name}: not attempted yet; {NEXT_STEP}")
+                got_text, ok = "raised NotImplementedError", False
+            except Exception as err:  # the student's code failing is a result to explain
+                got_text, ok = f"raised {type(err).__name__}: {err}", False
+            else:
+                got_text, ok = _show(got), _same(got, expected)
         if not ok:
+            FAILURES[name] = FAILURES.get(name, 0) + 1
+            shown = ex.hints[: FAILURES[name]]
+            more = " (each failed run shows one more step)" if len(shown) < len(ex.hints) else ""
             message = (
                 f"❌ {name}: case {k} of {len(cases)} failed"
                 + (f" ({case.note})" if case.note else "")
                 + f"\n  input:    {args_text}\n  expected: {_show(expected)}\n  got:      {got_text}"
-                + f"\n  hint:     {ex.hint}"
+                + "".join(f"\n  {label}{h}" for label, h in zip(_hint_labels(len(ex.hints)), shown))
+                + more
             )
             return CheckResult(name, False, message)
     return CheckResult(name, True, f"✅ {name}: all {len(cases)} cases passed")
@@ -161,42 +319,89 @@ def _seeded(seed: int) -> torch.Generator:
 # == 00 · Language models and PyTorch ======================================================
 
 
-def _bigram_counts(ids: list[int], vocab_size: int) -> torch.Tensor:
-    counts = torch.zeros(vocab_size, vocab_size, dtype=torch.long)  # (V, V): row = previous token
-    for a, b in zip(ids, ids[1:]):
-        counts[a, b] += 1
-    return counts
+def _dense(shape: tuple[int, ...], entries: dict[tuple[int, ...], float], dtype=torch.long) -> torch.Tensor:
+    """A tensor of zeros with a few entries set: an expected answer written out by hand."""
+    out = torch.zeros(shape, dtype=dtype)
+    for index, value in entries.items():
+        out[index] = value
+    return out
 
 
 @exercise(
-    "bigram-counts",
-    reference=_bigram_counts,
-    hint="row index = the previous token, column index = the next one; count pairs "
-    "zip(ids, ids[1:]) and make the tensor (vocab_size, vocab_size) even for unseen ids",
+    "trigram-counts",
+    hint=[
+        "a trigram is three tokens in a row; how many start positions does a list of n tokens have?",
+        "zip(ids, ids[1:], ids[2:]) gives every (a, b, c); counts[a, b, c] += 1 on a (V, V, V) tensor of "
+        "zeros, V = vocab_size even when some ids never occur",
+        "usual mistakes: the indices in another order, the vocabulary taken from the data, the last trigram lost",
+    ],
 )
-def _bigram_cases() -> list[Case]:
-    g = _seeded(0)
+def _trigram_cases() -> list[Case]:
     return [
-        Case(([0, 1, 1, 2], 3), "small sequence"),
-        Case(([2, 2, 2, 2], 3), "repeated token"),
-        Case(([0, 1], 4), "vocabulary larger than the tokens seen"),
-        Case((torch.randint(0, 5, (50,), generator=g).tolist(), 5), "random sequence"),
+        Case(([0, 1, 1, 2], 3), "two trigrams", _dense((3, 3, 3), {(0, 1, 1): 1, (1, 1, 2): 1})),
+        Case(([2, 2, 2, 2], 3), "a repeated token", _dense((3, 3, 3), {(2, 2, 2): 2})),
+        Case(([0, 1], 4), "two tokens: no trigram", torch.zeros(4, 4, 4, dtype=torch.long)),
+        Case(([1, 0, 1, 0, 1], 2), "alternating", _dense((2, 2, 2), {(1, 0, 1): 2, (0, 1, 0): 1})),
+    ]
+
+
+@exercise(
+    "interpolated-bigram",
+    hint=[
+        "build two tables from the counts: P(b | a) from each row, P(b) from the whole table; then mix them",
+        "P(b | a) = counts[a, b] / counts[a].sum(); P(b) = counts[:, b].sum() / counts.sum() (how often b came "
+        "second); the answer is lam * P(b | a) + (1 - lam) * P(b), each row summing to 1",
+        "a row a that never came first has no P(b | a): use P(b) there (torch.where on the row sums); usual "
+        "mistakes: P(b) from the rows (counts.sum(1)), lam on the wrong table, dividing by 0",
+    ],
+)
+def _interpolated_cases() -> list[Case]:
+    counts = torch.tensor([[0, 2], [1, 1]])  # pairs: (0, 1) twice, (1, 0) once, (1, 1) once
+    unseen = torch.tensor([[1, 1, 0], [0, 0, 2], [0, 0, 0]])  # token 2 never comes first
+    return [
+        Case((counts, 1.0), "lam = 1: the bigram alone", torch.tensor([[0.0, 1.0], [0.5, 0.5]])),
+        Case((counts, 0.0), "lam = 0: the unigram of the next token", torch.tensor([[0.25, 0.75], [0.25, 0.75]])),
+        Case((counts, 0.5), "half and half", torch.tensor([[0.125, 0.875], [0.375, 0.625]])),
+        Case((unseen, 0.8), "a row never seen: the unigram", torch.tensor([[0.45, 0.45, 0.1], [0.05, 0.05, 0.9],
+                                                                           [0.25, 0.25, 0.5]])),
+    ]  # fmt: skip
+
+
+@exercise(
+    "accumulated-grad",
+    hint=[
+        "what does backward() do to a .grad that already holds a number: replace it, or something else?",
+        "backward() does not replace x.grad: it adds this call's dy/dx = 2x + 3 to what is there, and "
+        "nothing clears it between the calls",
+    ],
+    bans=("torch.Tensor.backward", "torch.autograd.backward", "torch.autograd.grad"),
+)
+def _accumulated_cases() -> list[Case]:
+    return [
+        Case((2.0, 1), "x = 2, once", 7.0),
+        Case((2.0, 3), "x = 2, three times", 21.0),
+        Case((-1.5, 2), "x = -1.5, where the slope is 0", 0.0),
+        Case((0.5, 4), "x = 0.5, four times", 16.0),
     ]
 
 
 @exercise(
     "logsumexp",
     reference=lambda x: torch.logsumexp(x, dim=-1),
-    hint="subtract the maximum m first: log(sum(exp(x))) = m + log(sum(exp(x - m))); "
-    "take max and sum over dim=-1 (keepdim where you subtract)",
+    hint=[
+        "the function is right for one row; feed it a batch whose rows are far apart and look at the small row",
+        "x.max() is the maximum of the WHOLE tensor: a row far below it underflows, exp(x - m) = 0 and log 0 = "
+        "-inf; each row needs its own maximum, x.max(dim=-1, keepdim=True).values",
+        "then subtract it with keepdim and add it back after the log, squeezing the last dimension",
+    ],
+    bans=("torch.logsumexp", "torch.Tensor.logsumexp", "torch.special.logsumexp"),
 )
 def _logsumexp_cases() -> list[Case]:
     return [
         Case((torch.tensor([0.0, 0.0]),), "two zeros: log 2"),
-        Case((torch.tensor([1.0, 2.0, 3.0]),), "small values"),
         Case((torch.tensor([1000.0, 1000.0]),), "large values"),
-        Case((torch.tensor([-1000.0, -1000.0]),), "very negative values"),
-        Case((torch.tensor([[1.0, 2.0], [500.0, 0.0]]),), "a batch of rows"),
+        Case((torch.tensor([[1.0, 2.0], [500.0, 0.0]]),), "a batch of rows far apart"),
+        Case((torch.tensor([[-1000.0, -1000.0], [3.0, 4.0]]),), "a very negative row beside a small one"),
     ]
 
 
@@ -204,32 +409,77 @@ def _logsumexp_cases() -> list[Case]:
 
 
 @exercise(
-    "pair-counts",
-    reference=lambda ids: dict(get_pair_counts(ids)),
-    hint="every position i < len(ids) - 1 starts one pair (ids[i], ids[i + 1]); pairs overlap",
+    "chunk-pair-counts",
+    hint=[
+        "count the pairs inside each chunk only, then weigh them by how often the chunk occurs",
+        "for chunk, n in chunks.items(): every (chunk[i], chunk[i + 1]) gains n; a chunk of one token adds "
+        "nothing, and the last token of one chunk never pairs with the first of the next",
+        "usual mistakes: each chunk counted once instead of n times, pairs across chunk boundaries, "
+        "pairs that do not overlap ([7, 7, 7] holds (7, 7) twice)",
+    ],
 )
-def _pair_cases() -> list[Case]:
+def _chunk_pair_cases() -> list[Case]:
     return [
-        Case(([1, 2, 3, 1, 2],), "small sequence"),
-        Case(([7, 7, 7],), "overlapping pairs"),
-        Case(([5],), "a single token has no pairs"),
-        Case((list(b"hello hello"),), "bytes of a string"),
+        Case(({(1, 2, 3): 1, (1, 2): 2},), "a chunk counted twice", {(1, 2): 3, (2, 3): 1}),
+        Case(({(7, 7, 7): 5},), "overlapping pairs, five times", {(7, 7): 10}),
+        Case(({(4,): 3, (5, 6): 1},), "a one-token chunk has no pair", {(5, 6): 1}),
+        Case(({(1, 2): 1, (3, 4): 1},), "no pair across two chunks: (2, 3) is not one", {(1, 2): 1, (3, 4): 1}),
     ]
 
 
 @exercise(
-    "merge",
-    reference=merge_pair,
-    hint="scan left to right; after replacing a pair skip both of its tokens (i += 2), "
-    "so [6, 6, 6] with pair (6, 6) becomes [new_id, 6]",
+    "encode-with-special",
+    hint=[
+        "try the buggy function on 'a<|endoftext|>b' and count the special ids in what it returns",
+        "text.split(marker) gives one piece more than there are markers: a marker goes BETWEEN two pieces, "
+        "not after every piece",
+        "empty pieces (a marker at the start, at the end, two in a row) add no bytes but keep their markers",
+    ],
 )
-def _merge_cases() -> list[Case]:
+def _special_cases() -> list[Case]:
+    eot = 1000
     return [
-        Case(([5, 6, 6, 7, 6, 6], (6, 6), 99), "two occurrences"),
-        Case(([6, 6, 6], (6, 6), 99), "overlapping occurrences"),
-        Case(([1, 2, 3], (3, 4), 99), "pair absent"),
-        Case(([1, 2, 1, 2, 1], (1, 2), 256), "pair at the start"),
-        Case(([], (1, 2), 256), "empty sequence"),
+        Case(("a<|endoftext|>b", eot), "one marker between two texts", [97, eot, 98]),
+        Case(("hi", eot), "no marker", [104, 105]),
+        Case(("<|endoftext|>", eot), "only a marker", [eot]),
+        Case(("é<|endoftext|>", eot), "a two-byte character, then a marker at the end", [195, 169, eot]),
+    ]
+
+
+@exercise(
+    "longest-match",
+    hint=[
+        "stand at position i: which vocabulary entries does text[i:] start with? Take the longest",
+        "for length in range(len(text) - i, 0, -1): the first text[i:i + length] in vocab wins; no entry at "
+        "all: the single character text[i]; then move i past what you took",
+        "usual mistakes: the shortest match, the first entry of the set that matches, restarting too early",
+    ],
+)
+def _longest_match_cases() -> list[Case]:
+    return [
+        Case(("hello", {"he", "hell", "ll", "o"}), "the longest entry first", ["hell", "o"]),
+        Case(("abc", {"ab", "bc"}), "greedy: 'ab' is taken, 'c' is left alone", ["ab", "c"]),
+        Case(("xyz", set()), "an empty vocabulary: characters", ["x", "y", "z"]),
+        Case(("aaaa", {"aa", "aaa"}), "the longest first, then what is left", ["aaa", "a"]),
+    ]
+
+
+@exercise(
+    "unk-rate",
+    hint=[
+        "first the vocabulary (which words are kept?), then the share of validation words outside it",
+        "a word is kept when it occurs at least min_count times in train_words (collections.Counter); the rate "
+        "counts validation words with their repetitions: unknown occurrences / len(val_words)",
+        "usual mistakes: > min_count instead of >=, distinct validation words instead of occurrences",
+    ],
+)
+def _unk_rate_cases() -> list[Case]:
+    train = ["the", "cat", "the", "mat", "sat", "the", "cat"]
+    return [
+        Case((train, ["the", "dog"], 1), "min_count 1: every training word", 0.5),
+        Case((train, ["cat", "mat", "cat", "the"], 2), "min_count 2: 'mat' is out", 0.25),
+        Case((train, ["the", "the", "sat", "hat"], 3), "repeated validation words count each time", 0.5),
+        Case((train, ["dog"], 1), "nothing known", 1.0),
     ]
 
 

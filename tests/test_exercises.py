@@ -13,80 +13,108 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib.exercises import EXERCISES, Case, check, exercise
+from course_lib import exercises
+from course_lib.exercises import EXERCISES, BannedFunction, Case, banned, check, exercise
+from course_lib.grading import solutions
+from course_lib.grading.solutions import chunk_pair_counts, trigram_counts, unk_rate
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SOLUTIONS = {}  # exercise name -> a correct solution
+SOLUTIONS = dict(solutions.SOLUTIONS)  # exercise name -> a correct solution: the shipped ones, then those below
 MISTAKES = {}  # exercise name -> wrong solutions, each with the mistake it makes
 
 
 # == 00 · Language models and PyTorch ======================================================
 
 
-def bigram_counts(ids, vocab_size):
-    counts = torch.zeros(vocab_size, vocab_size, dtype=torch.long)
-    for a, b in zip(ids, ids[1:]):
-        counts[a, b] += 1
-    return counts
-
-
-SOLUTIONS["bigram-counts"] = bigram_counts
-MISTAKES["bigram-counts"] = [
-    lambda ids, v: bigram_counts(ids, v).T,  # rows and columns swapped
-    lambda ids, v: bigram_counts(ids, max(ids) + 1),  # vocabulary from the data
-    lambda ids, v: bigram_counts(ids[:-1], v),  # drops the last pair
+MISTAKES["trigram-counts"] = [
+    lambda ids, v: trigram_counts(ids, v).permute(2, 1, 0),  # indexed (c, b, a)
+    lambda ids, v: trigram_counts(ids, max(ids, default=0) + 1),  # vocabulary from the data
+    lambda ids, v: trigram_counts(ids[:-1], v),  # drops the last trigram
+    lambda ids, v: trigram_counts(ids[::2] + ids[1::2], v),  # tokens out of order
 ]
 
 
-def logsumexp(x):
-    m = x.max(dim=-1, keepdim=True).values
-    return (m + (x - m).exp().sum(dim=-1, keepdim=True).log()).squeeze(-1)
+def interpolated(counts, lam, unigram_of="next"):
+    counts = counts.double()
+    rows = counts.sum(1, keepdim=True)
+    unigram = (counts.sum(0) if unigram_of == "next" else counts.sum(1)) / counts.sum()
+    bigram = torch.where(rows > 0, counts / rows.clamp_min(1), unigram)
+    return (lam * bigram + (1 - lam) * unigram).float()
 
 
-SOLUTIONS["logsumexp"] = logsumexp
+MISTAKES["interpolated-bigram"] = [
+    lambda c, lam: interpolated(c, lam, unigram_of="previous"),  # P(b) from the row sums
+    lambda c, lam: interpolated(c, 1 - lam),  # lam weighs the unigram
+    lambda c, lam: (lam * c / c.sum(1, keepdim=True) + (1 - lam) * c.sum(0) / c.sum()).float(),  # 0/0 rows
+    lambda c, lam: (lam * c / c.sum(1, keepdim=True).clamp_min(1) + (1 - lam) * c.sum(0) / c.sum()).float(),
+]  # the last: an unseen row keeps only (1 - lam) of the unigram and does not sum to 1
+
+MISTAKES["accumulated-grad"] = [
+    lambda x, times: 2 * x + 3,  # as if backward() replaced the gradient
+    lambda x, times: times * (x**2 + 3 * x),  # the value, not the derivative
+    lambda x, times: (2 * x + 3) ** times,  # multiplies instead of adding
+]
+
+
+def global_max_logsumexp(x):  # the function the exercise shows: one maximum for the whole tensor
+    m = x.max()
+    return m + (x - m).exp().sum(dim=-1).log()
+
+
 MISTAKES["logsumexp"] = [
+    global_max_logsumexp,
     lambda x: x.exp().sum(dim=-1).log(),  # overflows to inf
     lambda x: x.max(dim=-1).values,  # the max alone
-    lambda x: (x.exp().sum(dim=-1) + 1e-9).log(),  # -inf for very negative x
+    lambda x: torch.logsumexp(x, dim=-1),  # banned
+    torch.logsumexp,  # banned, passed itself
 ]
 
 
 # == 01 · Tokenization =====================================================================
 
 
-def pair_counts(ids):
-    counts = {}
-    for pair in zip(ids, ids[1:]):
-        counts[pair] = counts.get(pair, 0) + 1
-    return counts
-
-
-SOLUTIONS["pair-counts"] = pair_counts
-MISTAKES["pair-counts"] = [
-    lambda ids: pair_counts(ids[::2]),
-    lambda ids: {p: 1 for p in zip(ids, ids[1:])},  # presence, not counts
-    lambda ids: pair_counts(list(zip(ids[::2], ids[1::2]))),  # non-overlapping only
+MISTAKES["chunk-pair-counts"] = [
+    lambda chunks: chunk_pair_counts(dict.fromkeys(chunks, 1)),  # each chunk once
+    lambda chunks: chunk_pair_counts({sum(chunks, ()): 1}),  # one stream: pairs across chunks
+    lambda chunks: {p: n for c, n in chunks.items() for p in zip(c[::2], c[1::2])},  # no overlaps, no sum
 ]
 
 
-def merge(ids, pair, new_id):
-    out, i = [], 0
-    while i < len(ids):
-        if i < len(ids) - 1 and (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
+def buggy_encode_with_special(text, special_id):  # the function the exercise shows
+    ids = []
+    for piece in text.split("<|endoftext|>"):
+        ids += list(piece.encode("utf-8")) + [special_id]
+    return ids
 
 
-SOLUTIONS["merge"] = merge
-MISTAKES["merge"] = [
-    lambda ids, pair, new: [new if i < len(ids) - 1 and (ids[i], ids[i + 1]) == pair else t for i, t in enumerate(ids)],
-    lambda ids, pair, new: [t for t in ids if t not in pair] + [new],
-    lambda ids, pair, new: list(ids),
+MISTAKES["encode-with-special"] = [
+    buggy_encode_with_special,
+    lambda text, sid: buggy_encode_with_special(text, sid)[:-1] if text.endswith("<|endoftext|>") else [],
+    lambda text, sid: [sid if t == "" else b for t in text.split("<|endoftext|>") for b in t.encode()],
+    lambda text, sid: [ord(c) for c in text.replace("<|endoftext|>", chr(sid))],  # characters, not bytes
+]
+
+
+def shortest_match(text, vocab):
+    tokens, i = [], 0
+    while i < len(text):
+        n = next((n for n in range(1, len(text) - i + 1) if text[i : i + n] in vocab), 1)
+        tokens.append(text[i : i + n])
+        i += n
+    return tokens
+
+
+MISTAKES["longest-match"] = [
+    shortest_match,
+    lambda text, vocab: list(text),  # characters only
+    lambda text, vocab: [t for t in sorted(vocab, key=len, reverse=True) if t in text][:1] or list(text),
+]
+
+MISTAKES["unk-rate"] = [
+    lambda tr, va, m: unk_rate(tr, va, m + 1),  # > min_count
+    lambda tr, va, m: unk_rate(tr, sorted(set(va)), m),  # distinct validation words
+    lambda tr, va, m: 1 - unk_rate(tr, va, m),  # the known share
 ]
 
 
@@ -531,20 +559,80 @@ def test_checker_rejects_typical_mistakes(name, k):
     assert not result
     message = repr(result)
     assert message.startswith(f"❌ {name}: case ")
-    for part in ("input:", "expected:", "got:", "hint:"):
+    for part in ("input:", "expected:", "got:", "hint"):
         assert part in message
 
 
-def test_exceptions_in_student_code_are_explained():
-    def broken(ids):
-        raise NotImplementedError("todo")
+@pytest.fixture
+def fresh_kernel(monkeypatch):
+    """No failed attempt yet: the checker's memory of earlier failures, emptied."""
+    monkeypatch.setattr(exercises, "FAILURES", {})
 
-    message = repr(check("pair-counts", broken))
-    assert "raised NotImplementedError: todo" in message and "case 1 of" in message
+
+def test_a_starter_function_gets_one_neutral_line_with_no_case_and_no_hint(fresh_kernel):
+    def starter(ids, vocab_size):
+        raise NotImplementedError("your code here")
+
+    result = check("trigram-counts", starter)
+    assert not result and repr(result) == "✏️ trigram-counts: not attempted yet; write your function and run this cell"
+    assert exercises.FAILURES == {}  # not a failed attempt: the first real failure still gets the nudge only
+
+
+def test_an_exception_after_the_first_case_is_explained(fresh_kernel):
+    def broken(ids, vocab_size):
+        if ids == [2, 2, 2, 2]:  # the second case
+            raise NotImplementedError("todo")
+        return trigram_counts(ids, vocab_size)
+
+    def unreadable(ids, vocab_size):
+        raise ValueError("no idea")
+
+    assert "case 2 of 4 failed" in repr(check("trigram-counts", broken))
+    assert "raised ValueError: no idea" in repr(check("trigram-counts", unreadable))
+
+
+def test_hints_come_in_steps_one_more_after_each_failure(fresh_kernel):
+    steps = EXERCISES["logsumexp"].hints
+    assert len(steps) == 3
+    wrong = MISTAKES["logsumexp"][0]
+    for shown in (1, 2, 3, 3):
+        message = repr(check("logsumexp", wrong))
+        assert [s in message for s in steps] == [True] * shown + [False] * (3 - shown)
+        assert ("each failed run shows one more step" in message) == (shown < 3)
+    assert check("logsumexp", SOLUTIONS["logsumexp"])  # passing leaves the count alone: no harm
+
+
+def test_a_banned_function_fails_passed_called_or_imported_and_comes_back_afterwards():
+    from torch import logsumexp as imported
+
+    def by_its_own_name(x):
+        return imported(x, dim=-1)
+
+    for fn in (torch.logsumexp, lambda x: torch.logsumexp(x, -1), lambda x: x.logsumexp(-1), by_its_own_name):
+        message = repr(check("logsumexp", fn))
+        assert message.startswith("❌ logsumexp: case 1 of") and "torch." in message and "ban" in message
+    assert torch.logsumexp is imported and by_its_own_name(torch.zeros(2)).item() == pytest.approx(math.log(2))
+    assert torch.zeros(2).logsumexp(0).item() == pytest.approx(math.log(2))
+    assert "logsumexp" not in torch.Tensor.__dict__  # the method is the C one again
+
+
+def test_a_ban_names_itself_and_is_lifted_even_when_the_check_fails():
+    with pytest.raises(BannedFunction, match="torch.nn.functional.layer_norm is banned"):
+        with banned(["torch.nn.functional.layer_norm"]):
+            torch.nn.LayerNorm(4)(torch.ones(2, 4))  # the module calls the banned function too
+    assert torch.nn.LayerNorm(4)(torch.ones(2, 4)).shape == (2, 4)
+    with pytest.raises(AttributeError, match="no such function"):
+        exercise("misspelt-ban", hint="", bans=["torch.logsumexpp"])
+
+
+def test_every_exercise_without_a_reference_answers_each_case_itself():
+    for name, ex in EXERCISES.items():
+        if ex.reference is None:
+            assert all(c.expected is not exercises._FROM_REFERENCE for c in ex.cases()), name
 
 
 def test_unknown_exercise_lists_the_known_ones():
-    with pytest.raises(KeyError, match="known exercises: addition-checker, attention, bigram-counts"):
+    with pytest.raises(KeyError, match="known exercises: accumulated-grad, addition-checker"):
         check("no-such-exercise", lambda: None)
 
 
@@ -558,9 +646,16 @@ def test_exercises_are_defined_in_the_order_the_notebooks_use_them():
 
 
 def test_an_exercise_name_is_defined_once():
-    with pytest.raises(ValueError, match="'merge' is defined twice"):
-        exercise("merge", reference=list, hint="")(lambda: [Case(([1, 2],))])
-    assert EXERCISES["merge"].hint.startswith("scan left to right")
+    with pytest.raises(ValueError, match="'trigram-counts' is defined twice"):
+        exercise("trigram-counts", reference=list, hint="")(lambda: [Case(([1, 2],))])
+    assert EXERCISES["trigram-counts"].hint.startswith("a trigram is three tokens")
+
+
+def test_every_solution_is_shown_to_an_instructor():
+    for name in EXERCISES:
+        assert solutions.show(name).strip(), name
+    assert "def trigram_counts(" in solutions.show("trigram-counts")
+    assert "filter_logits" in solutions.show("top-k")  # an exercise shown by its reference
 
 
 # == 13 · Learning from preferences and rewards ============================================

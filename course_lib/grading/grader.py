@@ -96,6 +96,7 @@ class _Notebook:
             "cells": self.steps.cells,
             "points": self.steps.points,
             "inputs": {n: self.answers.inputs[n] for n in self.names if n not in self.grades},
+            "bans": {n: list(EXERCISES[n].bans) for n in self.names},
             "skip": sorted(self.skip),
             "done": sorted(self.grades),
             "timeout": float(self.timeout),

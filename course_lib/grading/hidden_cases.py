@@ -24,7 +24,8 @@ from collections.abc import Callable
 
 import torch
 
-from course_lib.exercises import Case  # absolute, so that an exported copy runs anywhere
+from course_lib.exercises import _FROM_REFERENCE, EXERCISES, Case  # absolute: an exported copy runs anywhere
+from course_lib.grading.solutions import SOLUTIONS
 
 HIDDEN: dict[str, Callable[[], list[Case]]] = {}  # exercise name -> its hidden cases, course order
 SEED = 1000  # every random case is drawn from a generator seeded from this
@@ -36,10 +37,25 @@ def hidden(name: str) -> Callable[[Callable[[], list[Case]]], Callable[[], list[
     def register(cases: Callable[[], list[Case]]) -> Callable[[], list[Case]]:
         if name in HIDDEN:
             raise ValueError(f"hidden cases for {name!r} are defined twice")
-        HIDDEN[name] = cases
+        HIDDEN[name] = answered(name, cases)
         return cases
 
     return register
+
+
+def answered(name: str, cases: Callable[[], list[Case]]) -> Callable[[], list[Case]]:
+    """``cases`` with each expected answer filled in by the solution of ``name``, for an exercise that
+    no course_lib function answers (its solution is in course_lib/grading/solutions.py)."""
+
+    def build() -> list[Case]:
+        made = cases()
+        if EXERCISES[name].reference is None:
+            for case, fresh in zip(made, cases()):  # the solution gets its own copy of the inputs
+                if case.expected is _FROM_REFERENCE:
+                    case.expected = SOLUTIONS[name](*fresh.args)
+        return made
+
+    return build
 
 
 def _g(seed: int) -> torch.Generator:
@@ -49,17 +65,41 @@ def _g(seed: int) -> torch.Generator:
 # == 00 · Language models and PyTorch ======================================================
 
 
-@hidden("bigram-counts")
-def _bigram() -> list[Case]:
+@hidden("trigram-counts")
+def _trigram() -> list[Case]:
     g = _g(0)
     return [
         Case(([], 3), "no tokens: all zeros"),
-        Case(([2], 4), "one token: no pairs"),
-        Case(([4, 4], 5), "only the largest id"),
+        Case(([2, 1], 4), "two tokens: no trigram"),
+        Case(([4, 4, 4], 5), "only the largest id"),
         Case(([0, 1, 2, 3, 4, 5], 8), "a chain, ids 6 and 7 unseen"),
-        Case(([1, 0] * 50, 2), "alternating tokens"),
-        Case((torch.randint(3, 20, (500,), generator=g).tolist(), 24), "500 random tokens, ids 3..19 of 24"),
-        Case((torch.randint(0, 64, (2000,), generator=g).tolist(), 64), "2,000 random tokens, 64 ids"),
+        Case(([1, 0, 2] * 20, 3), "a cycle of three"),
+        Case((torch.randint(3, 12, (400,), generator=g).tolist(), 14), "400 random tokens, ids 3..11 of 14"),
+    ]
+
+
+@hidden("interpolated-bigram")
+def _interpolated() -> list[Case]:
+    g = _g(20)
+    sparse = torch.randint(0, 5, (6, 6), generator=g) * (torch.rand(6, 6, generator=g) < 0.3)
+    sparse[2] = 0  # a token that never came first
+    return [
+        Case((torch.tensor([[3]]), 0.7), "one token"),
+        Case((torch.tensor([[0, 5], [0, 0]]), 0.9), "one pair seen; the second row never came first"),
+        Case((torch.randint(0, 50, (5, 5), generator=g), 0.3), "dense counts, lam 0.3"),
+        Case((sparse, 0.95), "sparse counts with an empty row, lam 0.95"),
+        Case((torch.randint(0, 1000, (40, 40), generator=g), 0.99), "40 tokens, large counts"),
+    ]
+
+
+@hidden("accumulated-grad")
+def _accumulated() -> list[Case]:
+    return [
+        Case((0.0, 1), "x = 0: the slope is 3"),
+        Case((-4.0, 1), "x = -4, once"),
+        Case((1.0, 10), "ten calls"),
+        Case((3.25, 7), "x = 3.25, seven times"),
+        Case((-1.5, 9), "the flat point, nine times"),
     ]
 
 
@@ -80,29 +120,60 @@ def _logsumexp() -> list[Case]:
 # == 01 · Tokenization =====================================================================
 
 
-@hidden("pair-counts")
-def _pairs() -> list[Case]:
+@hidden("chunk-pair-counts")
+def _chunk_pairs() -> list[Case]:
     g = _g(2)
+    words = {
+        tuple(torch.randint(97, 101, (int(n),), generator=g).tolist()): int(c)
+        for n, c in zip(torch.randint(1, 8, (40,), generator=g), torch.randint(1, 50, (40,), generator=g))
+    }
     return [
-        Case(([],), "no tokens: no pairs"),
-        Case(([3, 4],), "one pair"),
-        Case(([1, 1, 1, 1, 1],), "a run of five: (1, 1) four times"),
-        Case(([1, 2] * 20,), "alternating: (1, 2) 20 times, (2, 1) 19 times"),
-        Case((list("héllo wörld héllo".encode()),), "UTF-8 bytes with accents"),
-        Case((torch.randint(250, 255, (300,), generator=g).tolist(),), "300 random ids of 5 values"),
+        Case(({},), "no chunks: no pairs"),
+        Case(({(3,): 9},), "only a one-token chunk"),
+        Case(({(1, 1, 1, 1, 1): 2},), "a run of five, twice: (1, 1) eight times"),
+        Case(({(1, 2): 4, (2, 1): 3, (1, 2, 1): 1},), "the same pair from several chunks"),
+        Case(({tuple("héllo".encode()): 3, tuple(" wörld".encode()): 2},), "UTF-8 bytes of two words"),
+        Case((words,), "up to 40 random chunks with random counts"),
+    ]  # fmt: skip
+
+
+@hidden("encode-with-special")
+def _special() -> list[Case]:
+    return [
+        Case(("", 50256), "an empty text"),
+        Case(("<|endoftext|>x", 7), "a marker at the start"),
+        Case(("a<|endoftext|><|endoftext|>b", 300), "two markers in a row"),
+        Case(("<|endoftext|>" * 3, 256), "three markers and nothing else"),
+        Case(("one<|endoftext|>two<|endoftext|>three 🎉", 50256), "three documents, one with an emoji"),
+        Case(("<|endoftext|", 1), "an unfinished marker is ordinary text"),
     ]
 
 
-@hidden("merge")
-def _merge() -> list[Case]:
-    g = _g(3)
+@hidden("longest-match")
+def _longest() -> list[Case]:
     return [
-        Case(([6] * 7, (6, 6), 99), "seven in a row: three merges and one left"),
-        Case(([1, 2, 3, 3], (3, 3), 300), "the pair at the very end"),
-        Case(([5], (5, 5), 256), "one token"),
-        Case(([2, 1, 2, 1, 2], (2, 1), 256), "overlapping alternation"),
-        Case(([1, 1, 2], (1, 2), 256), "the first token of a run is not part of the pair"),
-        Case((torch.randint(0, 4, (300,), generator=g).tolist(), (1, 2), 4), "300 random tokens"),
+        Case(("", {"a"}), "an empty text"),
+        Case(("a", {"a", "ab"}), "one character"),
+        Case(("abcd", {"a", "abc", "bcd", "d"}), "greedy takes 'abc', though 'a' + 'bcd' also covers it"),
+        Case(("the cat", {"the", " ", "ca", "cat", "t"}), "a space as its own entry"),
+        Case(("aaaaaaa", {"a", "aa", "aaa"}), "a run of seven"),
+        Case(("héllo wörld", {"hé", "llo", " w", "ö", "rld"}), "accented characters"),
+        Case(("banana", {"ban", "ana", "nan", "b"}), "overlapping entries"),
+    ]
+
+
+@hidden("unk-rate")
+def _unk_rate() -> list[Case]:
+    g = _g(3)
+    train = [f"w{int(i)}" for i in torch.randint(0, 60, (800,), generator=g)]
+    val = [f"w{int(i)}" for i in torch.randint(0, 80, (300,), generator=g)]
+    return [
+        Case((["a"], ["a"], 1), "one word, known"),
+        Case((["a", "a"], ["a", "b"], 3), "min_count above every count: nothing known"),
+        Case((["x", "y", "x"], ["x", "x", "x", "y"], 2), "the same known word three times"),
+        Case((train, val, 1), "random words, min_count 1"),
+        Case((train, val, 12), "random words, min_count 12"),
+        Case(([], ["a", "b"], 1), "no training words: every word unknown"),
     ]
 
 

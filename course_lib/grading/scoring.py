@@ -114,7 +114,7 @@ class Answers:
             made = [(c, False) for c in ex.cases()] + [(c, True) for c in more()]
             fresh = ex.cases() + more()  # a second copy: the one sent cannot be the one answered from
             cases[name] = [
-                GradedCase(c.note, h, ", ".join(_show(a, 120) for a in c.args), ex.reference(*c.args)) for c, h in made
+                GradedCase(c.note, h, ", ".join(_show(a, 120) for a in c.args), ex.expected(c)) for c, h in made
             ]
             inputs[name] = [c.args for c in fresh]
         return cls(cases, inputs)

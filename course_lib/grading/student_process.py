@@ -73,10 +73,20 @@ def _error(err: BaseException) -> dict:
     }
 
 
-def _result(fn, args: tuple) -> tuple[dict, bytes]:
-    """What one call returned, as a header and the value's bytes (read back with weights_only=True)."""
+def _result(fn, args: tuple, bans: list[str]) -> tuple[dict, bytes]:
+    """What one call returned, as a header and the value's bytes (read back with weights_only=True),
+    with the exercise's banned functions made unavailable (:func:`course_lib.exercises.banned`)."""
     try:
-        returned = fn(*args)
+        if bans:
+            from course_lib.exercises import banned, banned_use
+
+            use = banned_use(bans, fn)
+            if use is not None:
+                raise RuntimeError(f"{use} itself, which this exercise bans")
+            with banned(bans, fn):
+                returned = fn(*args)
+        else:
+            returned = fn(*args)
     except StepTimeout:
         raise
     except BaseException as err:  # the student's function raising is a result to report
@@ -178,7 +188,7 @@ def main() -> None:  # pragma: no cover - runs in the sandbox (tested through th
                     report({"event": "missing", "name": name, **_error(err)})
                     continue
                 for k, args in enumerate(job["inputs"][name]):
-                    header, payload = _result(fn, args)
+                    header, payload = _result(fn, args, job.get("bans", {}).get(name, []))
                     report({"event": "case", "name": name, "k": k, **header}, payload)
                 untimed()
                 report({"event": "graded", "name": name})
