@@ -395,7 +395,11 @@ def induction_scores(attention: Sequence[torch.Tensor] | torch.Tensor, period: i
     token may come first, see :func:`repeated_random_tokens`), the mean attention from each
     position t of the second copy to t - period + 1: the token that followed the earlier copy
     of the current token. This is Olsson et al.'s (2022) prefix-matching score (ARENA's
-    induction score, without its few first-half queries); an induction head scores near 1."""
+    induction score, without its few first-half queries); an induction head scores near 1.
+
+    A score is a pattern, not a mechanism: trained on one fixed period, a layer-0 head can look
+    ``period - 1`` tokens back by position alone and score as high. Score on another period
+    than the training one, and ablate, before calling a head an induction head."""
     weights = _stack(attention)
     T = weights.shape[-1]
     if period < 1 or T < 2 * period:
