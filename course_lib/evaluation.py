@@ -1,5 +1,5 @@
 """Evaluating an assistant (chapter 11): the answer's form, exact match, multiple-choice
-questions scored by log-likelihood, and a model as judge.
+questions scored by log-likelihood, and a model as judge; and comparing systems (every chapter).
 
 - :func:`has_expected_form` checks what can be checked without knowing the answer: a sentence,
   a name in backticks, one of the areas;
@@ -10,6 +10,17 @@ questions scored by log-likelihood, and a model as judge.
 - :func:`judge_preference` asks a chat model which of two answers is better and reads the
   probabilities of "A" and "B" as its next token; asking again with the answers swapped shows
   its position bias.
+
+And the statistics every chapter compares with, built so that the obvious call is the right one:
+
+- one accuracy: :func:`wilson_interval`; a mean over items: :func:`mean_interval` (t interval);
+- two systems on the same items: :func:`paired_difference` (a score interval and McNemar's exact
+  p for right/wrong items, a t interval for numbers), :func:`clustered_difference` when items come
+  in groups (tokens in windows);
+- whether a gain differs between two groups: :func:`contrast`, one interval, not two tests;
+- several systems: :func:`compare_family`, a family declared before looking, Holm-adjusted;
+- recipes rather than runs: :func:`recipe_difference` over seeds, :func:`outside_range_probability`;
+- how many items a difference needs: :func:`items_needed`.
 """
 
 from __future__ import annotations
@@ -18,6 +29,8 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import combinations
+from statistics import NormalDist
 
 import torch
 import torch.nn.functional as F
@@ -171,18 +184,6 @@ def accuracy_text(correct: int, n: int) -> str:
     return f"{correct / n:.3f} [{low:.2f}, {high:.2f}] ({correct}/{n})"
 
 
-def mean_interval(values: Sequence[float], z: float = 1.96) -> tuple[float, tuple[float, float]]:
-    """``(mean, (low, high))``: the mean of per-item scores (e.g. each problem's share of right
-    samples) and its 95% interval, mean ± z · standard error over the items (normal approximation;
-    the items, not the samples within an item, are the independent draws)."""
-    n = len(values)
-    if n < 2:
-        raise ValueError(f"an interval needs at least 2 values, got {n}")
-    mean = sum(values) / n
-    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
-    return mean, (mean - z * spread, mean + z * spread)
-
-
 def areas_named(text: str) -> list[str]:
     """The area names (:data:`DOCSTRING_AREAS`) a free-form answer mentions, case-insensitively and
     as whole words ("text" is not named in "context"): a chat model answers in sentences, so
@@ -190,12 +191,93 @@ def areas_named(text: str) -> list[str]:
     return [area for area in DOCSTRING_AREAS if re.search(rf"\b{re.escape(area)}\b", text, re.IGNORECASE)]
 
 
+# -- statistics: one accuracy, two systems, families, recipes ------------------------------------------
+
+
+def _normal_quantile(level: float) -> float:
+    """The z of a two-sided interval at ``level`` (1.96 at 0.95)."""
+    _check_level(level)
+    return NormalDist().inv_cdf(0.5 + level / 2)
+
+
+def _check_level(level: float) -> None:
+    if not 0 < level < 1:
+        raise ValueError(f"a confidence level lies between 0 and 1, got {level}")
+
+
+def _incomplete_beta(x: float, a: float, b: float) -> float:
+    """The regularised incomplete beta function I_x(a, b), by its continued fraction (modified
+    Lentz): Student's t distribution without depending on scipy."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):  # the fraction converges fast only below the mean: use symmetry
+        return 1.0 - _incomplete_beta(1.0 - x, b, a)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny, f, c, d = 1e-300, 1.0, 1.0, 0.0
+    for i in range(400):
+        m = i // 2
+        if i == 0:
+            numerator = 1.0
+        elif i % 2 == 0:
+            numerator = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        else:
+            numerator = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        d = 1.0 + numerator * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + numerator / c
+        c = c if abs(c) > tiny else tiny
+        f *= c * d
+        if abs(1.0 - c * d) < 1e-15:
+            break
+    return front * (f - 1.0)
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom (the p of a t test)."""
+    if df <= 0:
+        raise ValueError(f"a t distribution needs df > 0, got {df}")
+    if math.isinf(t):
+        return 0.0
+    return _incomplete_beta(df / (df + t * t), df / 2, 0.5)
+
+
+def t_quantile(level: float, df: float) -> float:
+    """The t of a two-sided interval at ``level`` with ``df`` degrees of freedom (2.365 for 95% and
+    7 df, where the normal z is 1.96: with few units the interval must be wider)."""
+    _check_level(level)
+    if df <= 0:
+        raise ValueError(f"a t distribution needs df > 0, got {df}")
+    low, high = 0.0, 1.0
+    while t_two_sided_p(high, df) > 1 - level:
+        high *= 2
+    for _ in range(200):  # bisection: p falls as t grows
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_two_sided_p(middle, df) > 1 - level else (low, middle)
+    return (low + high) / 2
+
+
+def mean_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, tuple[float, float]]:
+    """``(mean, (low, high))``: the mean of per-item scores (e.g. each problem's share of right
+    samples) and its interval, mean ± t · standard error, with Student's t at n − 1 degrees of
+    freedom (the items, not the samples within an item, are the independent draws). With 8 items t
+    is 2.36, not 1.96: few units give a wide interval, and the normal one would be too narrow."""
+    n = len(values)
+    if n < 2:
+        raise ValueError(f"an interval needs at least 2 values, got {n}")
+    mean = sum(values) / n
+    error = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)  # the standard error
+    half = t_quantile(level, n - 1) * error
+    return mean, (mean - half, mean + half)
+
+
 @dataclass(frozen=True)
 class PairedDifference:
     """Two systems scored on the same items: the mean of their per-item differences (A − B), its
-    95% interval, a two-sided p-value, and n. For right/wrong items also how many items only A got
-    right (``a_only``) and only B (``b_only``): the items where they disagree, all that the
-    difference is made of."""
+    interval (at 95% unless asked otherwise), a two-sided p-value, and n. ``interval`` names the
+    method. For right/wrong items also how many items only A got right (``a_only``) and only B
+    (``b_only``): the items where they disagree, all that the difference is made of."""
 
     difference: float
     low: float
@@ -204,11 +286,12 @@ class PairedDifference:
     n: int
     a_only: int | None = None
     b_only: int | None = None
+    interval: str = ""
 
     @property
     def a_better(self) -> bool:
-        """The interval lies above 0 (and, for right/wrong items, McNemar's p is below 0.05: with few
-        disagreements the normal interval is too narrow, and the exact test guards it)."""
+        """The interval lies above 0 (and, for right/wrong items, McNemar's exact p is below 0.05
+        too: the score interval and the exact test can disagree at the edge, and both must say it)."""
         return self.low > 0 and (self.a_only is None or self.p_value < 0.05)
 
     @property
@@ -216,7 +299,10 @@ class PairedDifference:
         return self.high < 0 and (self.a_only is None or self.p_value < 0.05)
 
     def __str__(self) -> str:
-        return f"{self.difference:+.3f} [{self.low:+.3f}, {self.high:+.3f}], p = {self.p_value:.2g}, n = {self.n:,}"
+        text = f"{self.difference:+.3f} [{self.low:+.3f}, {self.high:+.3f}] ({self.interval}), p = {self.p_value:.2g}"
+        if self.a_only is None:
+            return f"{text}, n = {self.n:,}"
+        return f"{text}; n = {self.n:,}, only A right {self.a_only}, only B {self.b_only}"
 
 
 def mcnemar_p(a_only: int, b_only: int) -> float:
@@ -230,49 +316,162 @@ def mcnemar_p(a_only: int, b_only: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def paired_difference(a: Sequence[float], b: Sequence[float], z: float = 1.96) -> PairedDifference:
-    """Compare systems A and B scored on the same items (``a[i]`` and ``b[i]`` are the scores of item
-    i: 0 or 1 for right or wrong, or any number, such as an item's mean over several seeds).
+def newcombe_interval(both: int, a_only: int, b_only: int, neither: int, level: float = 0.95) -> tuple[float, float]:
+    """The score interval of a paired difference of proportions, (a_only − b_only) / n: Newcombe's
+    (1998) method 10, built from the Wilson intervals of the two accuracies and their correlation.
+    Unlike mean ± z · standard error it is never of width 0 (with 0 or 1 disagreements the normal
+    interval is [0, 0] or nearly) and stays within [−1, 1]."""
+    counts = (both, a_only, b_only, neither)
+    if any(c < 0 for c in counts) or sum(counts) < 1:
+        raise ValueError(f"need four counts of 0 or more and at least one item, got {counts}")
+    n, z = sum(counts), _normal_quantile(level)
+    p1, p2 = (both + a_only) / n, (both + b_only) / n  # A's accuracy, B's
+    l1, u1 = wilson_interval(both + a_only, n, z)
+    l2, u2 = wilson_interval(both + b_only, n, z)
+    margins = (both + a_only) * (b_only + neither) * (both + b_only) * (a_only + neither)
+    agreement = both * neither - a_only * b_only
+    if agreement > 0:  # method 10: a continuity-corrected correlation
+        agreement = max(agreement - n / 2, 0)
+    phi = agreement / math.sqrt(margins) if margins else 0.0
+    d = p1 - p2
+    below = math.sqrt(max((p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2, 0.0))
+    above = math.sqrt(max((u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2, 0.0))
+    return max(-1.0, d - below), min(1.0, d + above)
 
-    The difference is the mean of the per-item differences a[i] − b[i], its interval that mean
-    ± z · standard error over the items. Pairing is what makes it sharp: an item that is easy (or
-    hard) for both cancels out, so only the items where they disagree count. The p-value is
-    McNemar's exact test for right/wrong scores, else the normal approximation of the same
-    interval. Say "A is better" only when the interval excludes 0 (``a_better``; for right/wrong
-    items McNemar's p must be below 0.05 too); otherwise these n items cannot tell the two apart."""
+
+def _check_pairs(a: Sequence[float], b: Sequence[float]) -> None:
     if len(a) != len(b):
         raise ValueError(f"paired scores need one score of each system per item, got {len(a)} and {len(b)} scores")
+    if len(a) < 2:
+        raise ValueError(f"a paired difference needs at least 2 items, got {len(a)}")
+
+
+def _t_result(mean: float, error: float, df: float, n: int, level: float, interval: str, **counts) -> PairedDifference:
+    """A mean with its standard error as a t interval and the p of the t test."""
+    half = t_quantile(level, df) * error
+    p = (1.0 if mean == 0 else 0.0) if error == 0 else t_two_sided_p(mean / error, df)
+    return PairedDifference(mean, mean - half, mean + half, p, n, interval=interval, **counts)
+
+
+def paired_difference(
+    a: Sequence[float], b: Sequence[float], clusters: Sequence | None = None, level: float = 0.95
+) -> PairedDifference:
+    """Compare systems A and B scored on the same items (``a[i]`` and ``b[i]`` are the scores of item
+    i: 0 or 1 for wrong or right, or any number, such as an item's mean over several seeds).
+
+    The difference is the mean of the per-item differences a[i] − b[i]. Pairing is what makes it
+    sharp: an item easy (or hard) for both cancels out, so only the items where they disagree
+    count. The interval is chosen for the data:
+
+    - right/wrong items: Newcombe's score interval (:func:`newcombe_interval`) and McNemar's exact
+      p (:func:`mcnemar_p`), both valid with few disagreements; the counts are printed;
+    - numbers: a t interval with n − 1 degrees of freedom, and the t test's p (8 windows give
+      t = 2.36, not 1.96);
+    - ``clusters`` (one label per item): the items were drawn in groups (tokens within windows,
+      questions within topics) and items of one group move together; see
+      :func:`clustered_difference`.
+
+    Say "A is better" only when the interval excludes 0 (``a_better``); otherwise these n items
+    cannot tell the two apart. This compares two *runs*; whether two *recipes* differ needs several
+    seeds of each (:func:`recipe_difference`)."""
+    _check_pairs(a, b)
     n = len(a)
-    if n < 2:
-        raise ValueError(f"a paired difference needs at least 2 items, got {n}")
     differences = [x - y for x, y in zip(a, b)]
-    mean, (low, high) = mean_interval(differences, z)
+    counts = {}
     if all(x in (0, 1) for x in [*a, *b]):
-        a_only = sum(1 for d in differences if d > 0)
-        b_only = sum(1 for d in differences if d < 0)
-        return PairedDifference(mean, low, high, mcnemar_p(a_only, b_only), n, a_only, b_only)
-    spread = (high - low) / (2 * z)
-    p = 1.0 if spread == 0 and mean == 0 else 0.0 if spread == 0 else math.erfc(abs(mean) / spread / math.sqrt(2))
-    return PairedDifference(mean, low, high, p, n)
+        counts = {"a_only": sum(d > 0 for d in differences), "b_only": sum(d < 0 for d in differences)}
+    if clusters is not None:
+        return _clustered(differences, clusters, level, counts)
+    if counts:
+        both = sum(x == y == 1 for x, y in zip(a, b))
+        low, high = newcombe_interval(both, counts["a_only"], counts["b_only"], n - both - sum(counts.values()), level)
+        p = mcnemar_p(counts["a_only"], counts["b_only"])
+        return PairedDifference(sum(differences) / n, low, high, p, n, interval="Newcombe score", **counts)
+    mean = sum(differences) / n
+    error = math.sqrt(sum((d - mean) ** 2 for d in differences) / (n - 1) / n)
+    return _t_result(mean, error, n - 1, n, level, f"t, {n - 1} df")
 
 
-def per_item_mean(runs: Sequence[Sequence[float]]) -> list[float]:
-    """The mean of each item over several runs (seeds) scored on the same items: one number per
-    item, to compare two methods over their seeds with :func:`paired_difference`. The interval then
-    counts the items as the random draws and averages the seeds within each item: it says how well
-    these seeds' average is measured, not how far a new seed could fall."""
-    if not runs or len({len(r) for r in runs}) != 1:
-        raise ValueError(
-            f"runs must be one or more score lists of the same length, got lengths {[len(r) for r in runs]}"
-        )
-    return [sum(item) / len(runs) for item in zip(*runs)]
+def _clustered(differences: list[float], clusters: Sequence, level: float, counts: dict) -> PairedDifference:
+    n = len(differences)
+    if len(clusters) != n:
+        raise ValueError(f"clusters needs one label per item, got {len(clusters)} labels for {n} items")
+    sums: dict = {}
+    mean = sum(differences) / n
+    for d, g in zip(differences, clusters):
+        sums[g] = sums.get(g, 0.0) + (d - mean)  # each cluster's summed residual
+    G = len(sums)
+    if G < 2:
+        raise ValueError(f"clustered standard errors need at least 2 clusters, got {G}")
+    error = math.sqrt(G / (G - 1) * sum(s * s for s in sums.values())) / n  # CR1 sandwich
+    return _t_result(mean, error, G - 1, n, level, f"t over {G} clusters, {G - 1} df", **counts)
+
+
+def clustered_difference(
+    a: Sequence[float], b: Sequence[float], clusters: Sequence, level: float = 0.95
+) -> PairedDifference:
+    """:func:`paired_difference` for items drawn in groups: ``clusters[i]`` names the unit item i
+    came with (the window a token is in, the module a text comes from). Items of one unit are not
+    independent draws, so the standard error is clustered by unit (the CR1 sandwich, as in Miller,
+    "Adding Error Bars to Evals", 2024) and the interval uses t with (units − 1) degrees of freedom:
+    2,048 tokens in 8 windows are closer to 8 draws than to 2,048."""
+    _check_pairs(a, b)
+    return paired_difference(a, b, clusters=clusters, level=level)
+
+
+def contrast(
+    first: tuple[Sequence[float], Sequence[float]],
+    second: tuple[Sequence[float], Sequence[float]],
+    same_items: bool = False,
+    level: float = 0.95,
+) -> PairedDifference:
+    """Whether A's gain over B differs between two groups: (A − B on the first group) − (A − B on
+    the second), as one interval and one p. "Significant in the first group, not in the second" is
+    not this test: two separate tests can fall on either side of 0.05 for the same gain.
+
+    ``first`` and ``second`` are each ``(a, b)``, the two systems' scores per item. Two disjoint
+    groups of items (positions of one kind against another) give a Welch t interval; with
+    ``same_items=True`` (two conditions scored on the same items, as two context lengths on the
+    same windows) the per-item gains are paired and the interval is a paired t."""
+    for a, b in (first, second):
+        _check_pairs(a, b)
+    gain1 = [x - y for x, y in zip(*first)]
+    gain2 = [x - y for x, y in zip(*second)]
+    if same_items:
+        if len(gain1) != len(gain2):
+            raise ValueError(f"same_items needs the same items in both groups, got {len(gain1)} and {len(gain2)}")
+        n = len(gain1)
+        d = [x - y for x, y in zip(gain1, gain2)]
+        mean = sum(d) / n
+        error = math.sqrt(sum((v - mean) ** 2 for v in d) / (n - 1) / n)
+        return _t_result(mean, error, n - 1, n, level, f"paired t, {n - 1} df")
+    return _welch(gain1, gain2, level)
+
+
+def _welch(x: Sequence[float], y: Sequence[float], level: float) -> PairedDifference:
+    """mean(x) − mean(y) for two independent samples, with Welch's t interval."""
+    (mx, vx), (my, vy) = _mean_variance(x), _mean_variance(y)
+    ex, ey = vx / len(x), vy / len(y)  # squared standard errors
+    error = math.sqrt(ex + ey)
+    df = (ex + ey) ** 2 / (ex**2 / (len(x) - 1) + ey**2 / (len(y) - 1)) if error else len(x) + len(y) - 2
+    return _t_result(mx - my, error, df, len(x) + len(y), level, f"Welch t, {df:.0f} df")
+
+
+def _mean_variance(values: Sequence[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        raise ValueError(f"a spread needs at least 2 values, got {len(values)}")
+    mean = sum(values) / len(values)
+    return mean, sum((v - mean) ** 2 for v in values) / (len(values) - 1)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm's step-down adjustment for several comparisons drawn from one table: with m tests at
     5% each, about one in twenty null differences looks real by chance. The smallest p-value is
     multiplied by m, the next by m − 1, and so on (kept monotone, capped at 1); a comparison is
-    significant when its adjusted p is below 0.05. It controls the chance of any false claim."""
+    significant when its adjusted p is below 0.05. It controls the chance of any false claim, if
+    the family was declared before looking (:func:`compare_family`)."""
+    if any(not 0 <= p <= 1 for p in p_values):
+        raise ValueError(f"p-values lie between 0 and 1, got {list(p_values)}")
     m = len(p_values)
     order = sorted(range(m), key=lambda k: p_values[k])
     adjusted, running = [0.0] * m, 0.0
@@ -280,3 +479,138 @@ def holm(p_values: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (m - rank) * p_values[k]))
         adjusted[k] = running
     return adjusted
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family of paired comparisons declared before looking, each with its Holm-adjusted p.
+    ``differences[a, b]`` is A − B; the intervals are each at 95%, *not* adjusted for the family."""
+
+    differences: dict[tuple[str, str], PairedDifference]
+    adjusted: dict[tuple[str, str], float]
+    declared: str
+
+    def above(self, a: str, b: str) -> bool:
+        """Whether the family shows A's scores above B's: Holm-adjusted p below 0.05 and the
+        difference of that sign."""
+        if (a, b) in self.differences:
+            return self.adjusted[a, b] < 0.05 and self.differences[a, b].difference > 0
+        if (b, a) in self.differences:
+            return self.adjusted[b, a] < 0.05 and self.differences[b, a].difference < 0
+        raise KeyError(f"{a} against {b} is not in this family ({self.declared})")
+
+    def __str__(self) -> str:
+        width = max(len(f"{a} - {b}") for a, b in self.differences)
+        m = len(self.differences)
+        lines = [f"{self.declared} (A - B): {m} comparisons, 95% intervals unadjusted, p Holm-adjusted"]
+        for (a, b), d in self.differences.items():
+            counts = "" if d.a_only is None else f", only A {d.a_only}, only B {d.b_only}"
+            lines.append(
+                f"  {a + ' - ' + b:<{width}} {d.difference:+.3f} [{d.low:+.3f}, {d.high:+.3f}]"
+                f"  Holm p {self.adjusted[a, b]:.2g}{counts}"
+            )
+        return "\n".join(lines)
+
+
+def compare_family(
+    scores: dict[str, Sequence[float]],
+    baseline: str | None = None,
+    clusters: Sequence | None = None,
+    level: float = 0.95,
+) -> Family:
+    """Compare several systems scored on the same items as one family, declared before looking:
+    every pair (``baseline=None``), or each system against a ``baseline`` named in advance (the
+    method a chapter set out to beat, never the one that came out best or worst: choosing the
+    comparator from the results raises the chance of a false claim above the 5% Holm promises).
+    Each comparison is a :func:`paired_difference`; the p-values are adjusted by :func:`holm`."""
+    names = list(scores)
+    if len(names) < 2:
+        raise ValueError(f"a family needs at least 2 systems, got {names}")
+    if baseline is None:
+        pairs, declared = list(combinations(names, 2)), "all pairs"
+    elif baseline not in scores:
+        raise ValueError(f"the baseline {baseline!r} is not among the systems {names}")
+    else:
+        pairs, declared = [(name, baseline) for name in names if name != baseline], f"each against {baseline}"
+    differences = {(a, b): paired_difference(scores[a], scores[b], clusters, level) for a, b in pairs}
+    adjusted = dict(zip(differences, holm([d.p_value for d in differences.values()])))
+    return Family(differences, adjusted, declared)
+
+
+# -- recipes: several seeds of each ------------------------------------------------------------------
+
+
+def per_item_mean(runs: Sequence[Sequence[float]]) -> list[float]:
+    """The mean of each item over several runs (seeds) scored on the same items: one number per
+    item, to compare two methods over their seeds with :func:`paired_difference`. The interval then
+    counts the items as the random draws and averages the seeds within each item: it says how well
+    these seeds' average is measured, not how far a new seed could fall (:func:`recipe_difference`
+    prints that spread beside it)."""
+    if not runs or len({len(r) for r in runs}) != 1:
+        raise ValueError(
+            f"runs must be one or more score lists of the same length, got lengths {[len(r) for r in runs]}"
+        )
+    return [sum(item) / len(runs) for item in zip(*runs)]
+
+
+def outside_range_probability(n: int) -> float:
+    """The chance that one more run falls outside the range (lowest to highest) of ``n`` earlier
+    runs of the same recipe, when runs are exchangeable: 2/(n + 1). With 3 seeds a fourth lands
+    outside half the time; a range of a few seeds is not where the next one will be."""
+    if n < 1:
+        raise ValueError(f"need at least one earlier run, got {n}")
+    return 2 / (n + 1)
+
+
+@dataclass(frozen=True)
+class RecipeDifference:
+    """Two recipes, each run with several seeds on the same items. ``pooled`` compares the seeds'
+    per-item means (items as the unit); ``seeds_a`` and ``seeds_b`` are each run's mean score,
+    whose spread shows how much a single run of either recipe varies."""
+
+    pooled: PairedDifference
+    seeds_a: tuple[float, ...]
+    seeds_b: tuple[float, ...]
+
+    def __str__(self) -> str:
+        def spread(runs: tuple[float, ...]) -> str:
+            return f"{min(runs):.3f} to {max(runs):.3f}" if len(runs) > 1 else f"{runs[0]:.3f}"
+
+        return (
+            f"pooled over seeds: {self.pooled}\n"
+            f"  one run each: A {spread(self.seeds_a)} ({len(self.seeds_a)} seeds), "
+            f"B {spread(self.seeds_b)} ({len(self.seeds_b)} seeds)"
+        )
+
+
+def recipe_difference(
+    runs_a: Sequence[Sequence[float]], runs_b: Sequence[Sequence[float]], level: float = 0.95
+) -> RecipeDifference:
+    """Compare two *recipes* (methods, starts, settings), each run with several seeds and scored on
+    the same items: the per-item means over each recipe's seeds (:func:`per_item_mean`), compared
+    by :func:`paired_difference`, with each seed's mean score beside it. One run per recipe says
+    whether those two runs differ; a claim about the recipes needs their seeds."""
+    pooled = paired_difference(per_item_mean(runs_a), per_item_mean(runs_b), level=level)
+    return RecipeDifference(pooled, tuple(sum(r) / len(r) for r in runs_a), tuple(sum(r) / len(r) for r in runs_b))
+
+
+# -- power ------------------------------------------------------------------------------------------
+
+
+def items_needed(difference: float, disagreement_rate: float, alpha: float = 0.05, power: float = 0.8) -> int:
+    """How many paired right/wrong items McNemar's test needs to detect a ``difference`` in
+    accuracy (A − B) with probability ``power`` at level ``alpha``, when a share
+    ``disagreement_rate`` of the items are right for one system only (Connor, 1987). Where a
+    chapter ends in "these items cannot tell them apart", this says how many would."""
+    if not 0 < disagreement_rate <= 1:
+        raise ValueError(f"the disagreement rate is a share of the items in (0, 1], got {disagreement_rate}")
+    if not 0 < abs(difference) <= disagreement_rate:
+        raise ValueError(
+            f"the difference must be nonzero and at most the disagreement rate {disagreement_rate} "
+            f"(it is made of the disagreeing items), got {difference}"
+        )
+    if not 0 < alpha < 1 or not 0 < power < 1:
+        raise ValueError(f"alpha and power lie between 0 and 1, got {alpha} and {power}")
+    z_alpha, z_power = NormalDist().inv_cdf(1 - alpha / 2), NormalDist().inv_cdf(power)
+    root = z_alpha * math.sqrt(disagreement_rate) + z_power * math.sqrt(disagreement_rate - difference**2)
+    return math.ceil(root**2 / difference**2)

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from .attention import causal_mask, scaled_dot_product_attention, softmax
 from .data import SlidingWindowDataset
-from .evaluation import paired_difference
+from .evaluation import mean_interval
 from .generation import filter_logits
 from .instruct import collate, format_prompt
 from .model import GPTConfig, parameter_formula
@@ -859,28 +859,26 @@ def _lora_cases() -> list[Case]:
     ]
 
 
-def _paired_difference(a: list[int], b: list[int]) -> tuple[float, float, float]:
-    result = paired_difference(a, b)
-    return result.difference, result.low, result.high
+def _paired_difference(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    mean, (low, high) = mean_interval([x - y for x, y in zip(a, b)])
+    return mean, low, high
 
 
 @exercise(
     "paired-difference",
     reference=_paired_difference,
     hint="take d = a[i] - b[i] for every item; the difference is the mean of d, its interval the mean "
-    "± 1.96 × s / sqrt(n), where s is the sample standard deviation of d (squared deviations summed, "
-    "divided by n - 1: statistics.stdev, or numpy's std with ddof=1). Not the two accuracies' own spreads: "
-    "pairing is the point",
+    "± t × s / sqrt(n): s is the sample standard deviation of d (divided by n - 1: statistics.stdev), t is "
+    "t_quantile(0.95, n - 1), 2.36 for 8 items. Not the two accuracies' own spreads: pairing is the point",
 )
 def _paired_cases() -> list[Case]:
     g = _seeded(15)
-    a = (torch.rand(200, generator=g) < 0.7).int()
-    flip = torch.rand(200, generator=g) < 0.15  # B answers like A on most items
-    b = torch.where(flip, 1 - a, a)
+    a = 4.0 + 0.1 * torch.randn(8, generator=g)  # 8 windows' mean losses of model A
+    b = a - 0.02 + 0.03 * torch.randn(8, generator=g)  # model B on the same windows
     return [
         Case(([1, 1, 0, 1, 0], [0, 1, 0, 0, 0]), "A alone right on two of five items"),
         Case(([1, 0, 1, 1], [1, 0, 1, 1]), "the same answers: no difference and no spread"),
-        Case((a.tolist(), b.tolist()), "200 items; the two agree on most of them"),
+        Case(([round(x, 4) for x in a.tolist()], [round(x, 4) for x in b.tolist()]), "8 windows' losses"),
     ]
 
 

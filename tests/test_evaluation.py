@@ -1,5 +1,6 @@
 """Scoring answers: expected forms, exact match, areas named, and the log-probabilities of options;
-intervals, and two systems compared on the same items (against statsmodels, test-only)."""
+intervals, two systems compared on the same items, contrasts, families, recipes and power (against
+scipy and statsmodels, test-only, and published worked examples)."""
 
 import random
 
@@ -10,14 +11,24 @@ import torch.nn.functional as F
 from course_lib.evaluation import (
     accuracy_text,
     areas_named,
+    clustered_difference,
+    compare_family,
+    contrast,
     exact_match,
     has_expected_form,
     holm,
+    items_needed,
     mcnemar_p,
+    mean_interval,
     multiple_choice_right,
+    newcombe_interval,
     option_scores,
+    outside_range_probability,
     paired_difference,
     per_item_mean,
+    recipe_difference,
+    t_quantile,
+    t_two_sided_p,
     wilson_interval,
 )
 from course_lib.model import GPT, GPTConfig
@@ -96,25 +107,92 @@ def test_wilson_interval_refuses_impossible_counts():
             wilson_interval(correct, n)
 
 
+# -- Student's t, without scipy ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("df", [1, 2, 3.7, 7, 30, 129, 2000])
+def test_t_distribution_matches_scipy(df):
+    from scipy import stats
+
+    assert t_quantile(0.95, df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-9)
+    assert t_quantile(0.8, df) == pytest.approx(stats.t.ppf(0.9, df), rel=1e-9)
+    for t in (0.0, 0.3, 2.1, -2.1, 9.0, 40.0):
+        assert t_two_sided_p(t, df) == pytest.approx(2 * stats.t.sf(abs(t), df), rel=1e-9, abs=1e-300)
+    with pytest.raises(ValueError, match="df > 0"):
+        t_quantile(0.95, 0)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        t_quantile(95, 7)
+
+
+def test_mean_interval_is_a_t_interval():
+    from statsmodels.stats.weightstats import DescrStatsW
+
+    values = [0.41, 0.52, 0.38, 0.61, 0.45, 0.50, 0.33, 0.58]  # 8 windows: t(7) = 2.36, not 1.96
+    mean, interval = mean_interval(values)
+    assert mean == pytest.approx(sum(values) / 8)
+    assert interval == pytest.approx(DescrStatsW(values).tconfint_mean(alpha=0.05), rel=1e-9)
+    with pytest.raises(ValueError, match="at least 2 values"):
+        mean_interval([0.5])
+
+
 # -- two systems on the same items -------------------------------------------------------------------
+
+# Newcombe (1998), "Improved confidence intervals for the difference between binomial proportions based
+# on paired data", Statistics in Medicine 17, Table III, method 10: cells e (both right), f (first
+# alone), g (second alone), h (neither), and the printed 95% limits of (f - g) / n.
+NEWCOMBE_1998_TABLE_III = [
+    (36, 12, 2, 0, 0.0569, 0.3404),
+    (20, 12, 2, 16, 0.0562, 0.3292),
+    (18, 12, 2, 18, 0.0562, 0.3290),
+    (36, 14, 0, 0, 0.1528, 0.4167),
+    (35, 14, 0, 1, 0.1461, 0.4175),
+    (18, 14, 0, 18, 0.1441, 0.3963),
+    (2, 97, 1, 0, 0.8721, 0.9854),
+    (0, 29, 1, 0, 0.6666, 0.9882),
+    (2, 98, 0, 0, 0.9178, 0.9945),
+    (1, 98, 0, 1, 0.9171, 0.9916),
+    (0, 30, 0, 0, 0.8395, 1.0000),
+    (54, 0, 0, 0, -0.0664, 0.0664),
+    (53, 0, 0, 1, -0.0729, 0.0729),
+    (30, 0, 0, 24, -0.0358, 0.0358),
+    (27, 0, 0, 27, -0.0351, 0.0351),
+]
+
+
+@pytest.mark.parametrize("both, a_only, b_only, neither, low, high", NEWCOMBE_1998_TABLE_III)
+def test_the_score_interval_reproduces_newcombe_1998(both, a_only, b_only, neither, low, high):
+    assert newcombe_interval(both, a_only, b_only, neither) == pytest.approx((low, high), abs=0.5e-4)
+    a = [1] * both + [1] * a_only + [0] * b_only + [0] * neither  # the same table, item by item
+    b = [1] * both + [0] * a_only + [1] * b_only + [0] * neither
+    result = paired_difference(a, b)
+    assert (result.low, result.high) == pytest.approx((low, high), abs=0.5e-4)
+    assert result.difference == pytest.approx((a_only - b_only) / len(a))
 
 
 def test_a_paired_difference_by_hand():
     a, b = [1, 1, 0, 1, 0], [0, 1, 0, 0, 0]  # A alone right on items 0 and 3, B alone on none
     result = paired_difference(a, b)
-    se = (0.3 / 5) ** 0.5  # the differences 1, 0, 0, 1, 0: variance 0.3 (divided by n - 1)
     assert result.difference == pytest.approx(0.4)
-    assert (result.low, result.high) == pytest.approx((0.4 - 1.96 * se, 0.4 + 1.96 * se))
+    assert (result.low, result.high) == pytest.approx(newcombe_interval(1, 2, 0, 2))
     assert (result.a_only, result.b_only, result.n) == (2, 0, 5)
     assert result.p_value == pytest.approx(0.5)  # two disagreements, both for A: 2 x (1/2)^2
     assert not result.a_better and not result.b_better  # 5 items cannot tell them apart
-    assert str(result) == "+0.400 [-0.080, +0.880], p = 0.5, n = 5"
+    assert str(result) == "+0.400 [-0.163, +0.726] (Newcombe score), p = 0.5; n = 5, only A right 2, only B 0"
+
+
+def test_no_disagreement_is_not_a_zero_width_interval():
+    """The slip the normal interval makes: 0 or 1 disagreeing questions print +0.000 [+0.000, +0.000]."""
+    same = [1] * 40 + [0] * 24
+    for b in (same, [1] * 39 + [0] * 25):
+        result = paired_difference(same, b)
+        assert result.high - result.low > 0.05 and result.low < 0 < result.high
+        assert not result.a_better and not result.b_better and result.p_value == 1.0
 
 
 def test_with_few_disagreements_the_exact_test_guards_the_interval():
-    a, b = [1] * 4 + [0] * 12, [0] * 16  # 16 items, A alone right on 4: the normal interval is too narrow
-    result = paired_difference(a, b)
-    assert result.low > 0 and result.p_value == pytest.approx(2 / 2**4)
+    a, b = [1] * 12 + [1] * 9 + [0] * 2 + [0] * 13, [1] * 12 + [0] * 9 + [1] * 2 + [0] * 13
+    result = paired_difference(a, b)  # 9 to 2 of 36: the score interval excludes 0, McNemar's p = 0.065
+    assert result.low > 0 and result.p_value == pytest.approx(2 * (1 + 11 + 55) / 2**11)
     assert not result.a_better
     assert paired_difference([1] * 6 + [0] * 10, [0] * 16).a_better  # 6 to 0: p = 0.03
 
@@ -141,13 +219,33 @@ def test_paired_difference_matches_statsmodels(seed):
     result = paired_difference(a, b)
     table = [[sum(x & y for x, y in zip(a, b)), result.a_only], [result.b_only, sum(1 - (x | y) for x, y in zip(a, b))]]
     assert result.p_value == pytest.approx(mcnemar(table, exact=True).pvalue, rel=1e-9)
-    differences = DescrStatsW([x - y for x, y in zip(a, b)])
-    if result.a_only + result.b_only:
-        assert (result.low, result.high) == pytest.approx(differences.zconfint_mean(alpha=0.05), abs=2e-4)
+    assert result.interval == "Newcombe score" and result.low <= result.difference <= result.high
     scores = [x + rng.random() for x in a]  # not right/wrong: a mean score per item
     result = paired_difference(scores, b)
-    assert result.p_value == pytest.approx(DescrStatsW([x - y for x, y in zip(scores, b)]).ztest_mean()[1], abs=2e-4)
-    assert (result.a_only, result.b_only) == (None, None)
+    differences = DescrStatsW([x - y for x, y in zip(scores, b)])
+    assert (result.low, result.high) == pytest.approx(differences.tconfint_mean(alpha=0.05), rel=1e-9)
+    assert result.p_value == pytest.approx(differences.ttest_mean()[1], rel=1e-6)
+    assert (result.a_only, result.b_only, result.interval) == (None, None, f"t, {n - 1} df")
+
+
+def test_eight_windows_get_a_t_interval():
+    a = [4.02, 3.95, 4.10, 3.99, 4.07, 4.01, 3.97, 4.05]
+    b = [4.00, 3.96, 4.05, 3.99, 4.03, 4.02, 3.95, 4.01]
+    result = paired_difference(a, b)
+    d = [x - y for x, y in zip(a, b)]
+    mean, se = sum(d) / 8, (sum((x - sum(d) / 8) ** 2 for x in d) / 7 / 8) ** 0.5
+    assert (result.low, result.high) == pytest.approx((mean - 2.364624 * se, mean + 2.364624 * se), rel=1e-5)
+    assert mean - 1.96 * se > 0 and result.low < 0  # the normal interval would call it a real loss
+    assert str(result) == "+0.019 [-0.001, +0.038] (t, 7 df), p = 0.059, n = 8"
+
+
+def test_items_that_do_not_pair_up_are_refused():
+    with pytest.raises(ValueError, match="one score of each system per item, got 3 and 2"):
+        paired_difference([1, 0, 1], [1, 0])
+    with pytest.raises(ValueError, match="at least 2 items"):
+        paired_difference([1], [0])
+    with pytest.raises(ValueError, match="four counts of 0 or more"):
+        newcombe_interval(3, -1, 0, 2)
 
 
 def test_mcnemar_known_values():
@@ -158,19 +256,94 @@ def test_mcnemar_known_values():
         mcnemar_p(-1, 3)
 
 
-def test_seeds_are_averaged_within_each_item():
-    assert per_item_mean([[1, 0, 1], [1, 1, 0], [0, 0, 1]]) == pytest.approx([2 / 3, 1 / 3, 2 / 3])
-    with pytest.raises(ValueError, match="same length"):
-        per_item_mean([[1, 0], [1]])
-    with pytest.raises(ValueError, match="same length"):
-        per_item_mean([])
+# -- clustered items ---------------------------------------------------------------------------------
 
 
-def test_items_that_do_not_pair_up_are_refused():
-    with pytest.raises(ValueError, match="one score of each system per item, got 3 and 2"):
-        paired_difference([1, 0, 1], [1, 0])
-    with pytest.raises(ValueError, match="at least 2 items"):
-        paired_difference([1], [0])
+@pytest.mark.parametrize("seed", range(5))
+def test_clustered_difference_matches_statsmodels_cluster_robust_ols(seed):
+    import numpy as np
+    import statsmodels.api as sm
+
+    rng = random.Random(seed)
+    windows = rng.randint(3, 12)
+    clusters = [w for w in range(windows) for _ in range(rng.randint(5, 60))]  # tokens within windows
+    shift = {w: rng.gauss(0, 0.3) for w in range(windows)}  # each window moves its tokens together
+    a = [rng.gauss(shift[w], 1) for w in clusters]
+    b = [rng.gauss(0, 1) for _ in clusters]
+    result = clustered_difference(a, b, clusters)
+    d = np.array(a) - np.array(b)
+    fit = sm.OLS(d, np.ones((len(d), 1))).fit(cov_type="cluster", cov_kwds={"groups": np.array(clusters)}, use_t=True)
+    assert (result.low, result.high) == pytest.approx(tuple(fit.conf_int(0.05)[0]), rel=1e-9)
+    assert result.p_value == pytest.approx(fit.pvalues[0], rel=1e-6)
+    assert result.interval == f"t over {windows} clusters, {windows - 1} df"
+
+
+def test_clustering_widens_the_interval_of_items_that_move_together():
+    rng = random.Random(0)
+    clusters = [w for w in range(8) for _ in range(256)]  # 2,048 tokens in 8 windows
+    shift = [rng.gauss(0, 0.5) for _ in range(8)]
+    a = [shift[w] + rng.gauss(0, 0.2) for w in clusters]
+    b = [0.0] * len(a)
+    naive, clustered = paired_difference(a, b), clustered_difference(a, b, clusters)
+    assert clustered.high - clustered.low > 5 * (naive.high - naive.low)
+    right_a, right_b = [int(x > 0) for x in a], [int(rng.random() < 0.5) for _ in a]
+    counted = clustered_difference(right_a, right_b, clusters)
+    unclustered = paired_difference(right_a, right_b)
+    assert (counted.a_only, counted.b_only) == (unclustered.a_only, unclustered.b_only)
+    with pytest.raises(ValueError, match="one label per item"):
+        clustered_difference(a, b, clusters[:-1])
+    with pytest.raises(ValueError, match="at least 2 clusters"):
+        clustered_difference(a, b, [0] * len(a))
+
+
+# -- contrasts ---------------------------------------------------------------------------------------
+
+
+def test_a_contrast_of_two_groups_is_one_welch_interval():
+    from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
+
+    rng = random.Random(1)
+    far = ([rng.random() for _ in range(58)], [rng.random() * 0.8 for _ in range(58)])
+    near = ([rng.random() for _ in range(193)], [rng.random() for _ in range(193)])
+    result = contrast(far, near)
+    gains = [DescrStatsW([x - y for x, y in zip(*group)]) for group in (far, near)]
+    compared = CompareMeans(*gains)
+    assert (result.low, result.high) == pytest.approx(compared.tconfint_diff(alpha=0.05, usevar="unequal"), rel=1e-9)
+    assert result.p_value == pytest.approx(compared.ttest_ind(usevar="unequal")[1], rel=1e-6)
+    assert result.difference == pytest.approx(gains[0].mean - gains[1].mean)
+    assert result.interval.startswith("Welch t") and result.n == 58 + 193
+
+
+def test_significant_here_not_there_is_not_a_contrast():
+    """The same gain, +0.10, is "significant" on the larger group and not on the smaller: the two
+    separate tests fall either side of 0.05, yet the contrast between the groups is 0."""
+    rng = random.Random(2)
+    noise = [rng.gauss(0, 1) for _ in range(400)]
+    big = [x - sum(noise) / 400 + 0.10 for x in noise]
+    small = big[:60]
+    small = [x - sum(small) / 60 + 0.10 for x in small]
+    zeros = lambda k: [0.0] * k  # noqa: E731
+    assert paired_difference(big, zeros(400)).a_better and not paired_difference(small, zeros(60)).a_better
+    result = contrast((big, zeros(400)), (small, zeros(60)))
+    assert result.difference == pytest.approx(0.0, abs=1e-12) and result.p_value > 0.99
+
+
+def test_a_contrast_on_the_same_items_is_a_paired_t():
+    from statsmodels.stats.weightstats import DescrStatsW
+
+    rng = random.Random(3)
+    a1, b1, a2, b2 = ([rng.random() for _ in range(30)] for _ in range(4))
+    result = contrast((a1, b1), (a2, b2), same_items=True)
+    interaction = DescrStatsW([(w - x) - (y - z) for w, x, y, z in zip(a1, b1, a2, b2)])
+    assert (result.low, result.high) == pytest.approx(interaction.tconfint_mean(alpha=0.05), rel=1e-9)
+    assert result.interval == "paired t, 29 df"
+    with pytest.raises(ValueError, match="same items in both groups"):
+        contrast((a1, b1), (a2[:-1], b2[:-1]), same_items=True)
+    with pytest.raises(ValueError, match="one score of each system per item"):
+        contrast((a1, b1[:-1]), (a2, b2))
+
+
+# -- families ----------------------------------------------------------------------------------------
 
 
 def test_holm_matches_statsmodels():
@@ -181,3 +354,110 @@ def test_holm_matches_statsmodels():
         p = [rng.random() ** 3 for _ in range(m)]
         assert holm(p) == pytest.approx(list(multipletests(p, method="holm")[1]))
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        holm([0.2, 1.5])
+
+
+def test_a_family_is_every_pair_or_each_against_a_named_baseline():
+    from statsmodels.stats.multitest import multipletests
+
+    rng = random.Random(4)
+    skill = {"none": 0.5, "learned": 0.6, "sinusoidal": 0.62, "rope": 0.7}
+    scores = {name: [int(rng.random() < s) for _ in range(300)] for name, s in skill.items()}
+    family = compare_family(scores)
+    assert list(family.differences) == [(a, b) for i, a in enumerate(skill) for b in list(skill)[i + 1 :]]
+    p = [paired_difference(scores[a], scores[b]).p_value for a, b in family.differences]
+    assert list(family.adjusted.values()) == pytest.approx(list(multipletests(p, method="holm")[1]))
+    assert family.above("rope", "none") == family.above("rope", "none") and not family.above("none", "rope")
+    text = str(family)
+    assert text.startswith("all pairs (A - B): 6 comparisons, 95% intervals unadjusted, p Holm-adjusted")
+    assert "rope - none" not in text and "none - rope" in text and "only A" in text
+    against = compare_family(scores, baseline="none")
+    assert list(against.differences) == [("learned", "none"), ("sinusoidal", "none"), ("rope", "none")]
+    assert str(against).startswith("each against none (A - B): 3 comparisons")
+    with pytest.raises(ValueError, match="baseline 'best' is not among"):
+        compare_family(scores, baseline="best")
+    with pytest.raises(ValueError, match="at least 2 systems"):
+        compare_family({"rope": scores["rope"]})
+    with pytest.raises(KeyError, match="not in this family"):
+        against.above("rope", "learned")
+
+
+def test_a_family_of_all_pairs_keeps_false_claims_near_five_percent():
+    """Four equal systems: six unadjusted tests at 5% would claim a difference far more often."""
+    rng = random.Random(5)
+    claims = raw = 0
+    for _ in range(200):
+        scores = {k: [int(rng.random() < 0.6) for _ in range(120)] for k in "ABCD"}
+        family = compare_family(scores)
+        claims += any(p < 0.05 for p in family.adjusted.values())
+        raw += any(d.p_value < 0.05 for d in family.differences.values())
+    assert claims / 200 <= 0.06 < raw / 200
+
+
+# -- recipes and seeds -------------------------------------------------------------------------------
+
+
+def test_seeds_are_averaged_within_each_item():
+    assert per_item_mean([[1, 0, 1], [1, 1, 0], [0, 0, 1]]) == pytest.approx([2 / 3, 1 / 3, 2 / 3])
+    with pytest.raises(ValueError, match="same length"):
+        per_item_mean([[1, 0], [1]])
+    with pytest.raises(ValueError, match="same length"):
+        per_item_mean([])
+
+
+def test_a_recipe_difference_pools_seeds_and_shows_their_spread():
+    rng = random.Random(6)
+    runs_a = [[int(rng.random() < 0.7) for _ in range(130)] for _ in range(3)]
+    runs_b = [[int(rng.random() < 0.6) for _ in range(130)] for _ in range(3)]
+    result = recipe_difference(runs_a, runs_b)
+    assert result.pooled == paired_difference(per_item_mean(runs_a), per_item_mean(runs_b))
+    assert result.seeds_a == pytest.approx([sum(r) / 130 for r in runs_a])
+    lines = str(result).splitlines()
+    assert lines[0] == f"pooled over seeds: {result.pooled}"
+    low, high = min(result.seeds_b), max(result.seeds_b)
+    assert f"B {low:.3f} to {high:.3f} (3 seeds)" in lines[1]
+
+
+def test_a_new_run_falls_outside_the_range_of_earlier_ones():
+    assert outside_range_probability(3) == 0.5 and outside_range_probability(1) == 1.0
+    assert outside_range_probability(19) == pytest.approx(0.1)
+    rng = random.Random(7)
+    outside = 0
+    for _ in range(20_000):
+        runs = [rng.gauss(0, 1) for _ in range(4)]  # 3 seeds, then a fourth
+        outside += not min(runs[:3]) <= runs[3] <= max(runs[:3])
+    assert outside / 20_000 == pytest.approx(0.5, abs=0.015)
+    with pytest.raises(ValueError, match="at least one earlier run"):
+        outside_range_probability(0)
+
+
+# -- power -------------------------------------------------------------------------------------------
+
+
+def _exact_mcnemar_power(n: int, difference: float, rate: float, alpha: float = 0.05) -> float:
+    """P(McNemar's exact p < alpha) over n items: D ~ Binomial(n, rate) disagree, and of those
+    A alone is right on Binomial(D, (1 + difference / rate) / 2)."""
+    from scipy import stats
+
+    favour, power = (1 + difference / rate) / 2, 0.0
+    for d in range(n + 1):
+        rejecting = [k for k in range(d + 1) if mcnemar_p(k, d - k) < alpha]
+        power += stats.binom.pmf(d, n, rate) * sum(stats.binom.pmf(k, d, favour) for k in rejecting)
+    return power
+
+
+def test_items_needed_follows_connor_1987():
+    # Connor's formula by hand: (1.95996 * sqrt(0.2) + 0.84162 * sqrt(0.2 - 0.1**2))**2 / 0.1**2 = 154.6
+    assert items_needed(0.1, 0.2) == 155
+    assert items_needed(-0.1, 0.2) == 155  # the sign says which system is ahead, not how many items
+    assert items_needed(0.05, 0.2) > 3.5 * items_needed(0.1, 0.2)  # half the difference, four times the items
+    n = items_needed(0.08, 0.18)
+    assert 0.75 < _exact_mcnemar_power(n, 0.08, 0.18) < 0.85  # the exact test at that n: about 80%
+    assert _exact_mcnemar_power(n // 2, 0.08, 0.18) < 0.55
+    with pytest.raises(ValueError, match="at most the disagreement rate"):
+        items_needed(0.3, 0.2)
+    with pytest.raises(ValueError, match="nonzero"):
+        items_needed(0.0, 0.2)
+    with pytest.raises(ValueError, match=r"share of the items in \(0, 1\]"):
+        items_needed(0.1, 1.5)
