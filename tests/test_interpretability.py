@@ -45,6 +45,7 @@ from course_lib.pretrained import load_gpt2_state_dict, load_llama_state_dict
 from course_lib.training import lm_loss
 
 V, T, LAYERS, HEADS, WIDTH = 101, 12, 2, 4, 32
+SIZE = dict(n_layers=LAYERS, n_heads=HEADS, d_model=WIDTH)
 CLOSE = dict(atol=1e-5, rtol=1e-4)
 
 
@@ -92,7 +93,6 @@ def hf_llama():
     return hf, load_llama_state_dict(GPT(ours_config), hf.state_dict()).eval()
 
 
-SIZE = dict(n_layers=LAYERS, n_heads=HEADS, d_model=WIDTH)
 BUILDERS = {"gpt2": hf_gpt2, "llama": hf_llama}
 
 
@@ -167,14 +167,6 @@ def test_logit_lens_matches_transformer_lens(pair):
     torch.testing.assert_close(logit_lens(ours, cache, positions=[0, 5]), lens[:, :, [0, 5]])
 
 
-def zero_hook(heads):
-    def hook(z, hook):  # z: (B, T, H, D)
-        z[:, :, heads] = 0.0
-        return z
-
-    return hook
-
-
 @pytest.mark.parametrize("how", ["zero", "mean"])
 def test_ablation_matches_transformer_lens(pair, how):
     ours, bridge = pair
@@ -188,7 +180,7 @@ def test_ablation_matches_transformer_lens(pair, how):
 
         def hook(z, hook):
             layer = int(hook.name.split(".")[1])
-            for head in [h for l, h in heads if l == layer]:  # noqa: E741
+            for head in [h for at, h in heads if at == layer]:  # z: (B, T, H, D)
                 z[:, :, head] = 0.0 if how == "zero" else their_reference[hook.name][:, :, head].mean(dim=(0, 1))
             return z
 
@@ -249,11 +241,11 @@ def test_scores_match_the_transformer_lens_head_detector():
 # -- by hand ----------------------------------------------------------------------------------
 
 
-def one_layer(**overrides) -> GPT:
+def one_layer() -> GPT:
     """1 layer, 2 heads of width 4: queries and keys zero, so every query attends uniformly to
     itself and all earlier tokens; values copy their input (the identity); c_proj the identity."""
     torch.manual_seed(0)
-    model = GPT(GPTConfig.gpt2(vocab_size=10, context_length=8, n_layers=1, n_heads=2, d_model=8, **overrides)).eval()
+    model = GPT(GPTConfig.gpt2(vocab_size=10, context_length=8, n_layers=1, n_heads=2, d_model=8)).eval()
     attn = model.transformer.h[0].attn
     with torch.no_grad():
         attn.c_attn.weight.zero_()
