@@ -37,10 +37,10 @@ Intervening (context managers; interventions run before a :func:`capture` record
   an intervention with the clean run item by item.
 
 Probing: :func:`probe` ``(features, labels, control_labels, test=None, seed=0, l2=1e-3,
-groups=None)`` -> :class:`ProbeResult` (test accuracies with n and 95% intervals, and the
-selectivity: task minus control accuracy, paired over the same test items or groups), logistic-regression probes
-(:func:`fit_linear_probe`) against Hewitt and Liang's (2019) control task (:func:`control_task`:
-each token type a random label).
+groups=None)`` -> :class:`ProbeResult`: logistic-regression probes (:func:`fit_linear_probe`)
+on a task and on Hewitt and Liang's (2019) control task (:func:`control_task`: each token type
+a random label), their test accuracies with n and 95% intervals, and the selectivity (task minus
+control accuracy, paired over the same test items; clustered by ``groups``, e.g. sequences).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .evaluation import PairedDifference, mean_interval, paired_difference, wilson_interval
+from .evaluation import PairedDifference, paired_difference, wilson_interval
 from .model import GPT
 from .runtime import evaluating, model_device
 
@@ -453,21 +453,15 @@ class ProbeResult:
     task (the same items), and what they say: accuracies with 95% intervals, and the selectivity,
     task minus control paired over the items.
 
-    Without ``groups`` every test item is an independent draw: accuracies are pooled over the n
-    items with Wilson intervals, the selectivity is paired item by item (McNemar's p). With
-    ``groups`` (which sequence each item came from: the tokens of one text are not independent
-    draws), the group is the unit: accuracies are the mean of the groups' accuracies, with an
-    interval over the groups, and the selectivity is paired group by group."""
+    Without ``groups`` every test item is an independent draw: Wilson intervals, and the
+    selectivity's Newcombe interval with McNemar's p. With ``groups`` (which sequence each item
+    came from: the tokens of one text are not independent draws) the intervals are clustered by
+    group, t with (groups - 1) degrees of freedom (:func:`~course_lib.evaluation.paired_difference`
+    with ``clusters``): 2,000 tokens from 20 texts are closer to 20 draws than to 2,000."""
 
     task_correct: list[int]
     control_correct: list[int]
     groups: list[int] | None = None
-
-    def _per_group(self, correct: list[int]) -> list[float]:
-        right: dict[int, list[int]] = {}
-        for c, g in zip(correct, self.groups):
-            right.setdefault(g, []).append(c)
-        return [sum(r) / len(r) for _, r in sorted(right.items())]
 
     @property
     def n(self) -> int:
@@ -482,11 +476,13 @@ class ProbeResult:
     def _accuracy(self, correct: list[int]) -> tuple[float, tuple[float, float]]:
         if self.groups is None:
             return sum(correct) / self.n, wilson_interval(sum(correct), self.n)
-        return mean_interval(self._per_group(correct))
+        # the accuracy as a difference from 0, for its interval clustered by group
+        above_zero = paired_difference(correct, [0] * self.n, clusters=self.groups)
+        return above_zero.difference, (max(0.0, above_zero.low), min(1.0, above_zero.high))
 
     @property
     def task_accuracy(self) -> float:
-        return self._accuracy(self.task_correct)[0]
+        return sum(self.task_correct) / self.n
 
     @property
     def task_interval(self) -> tuple[float, float]:
@@ -494,7 +490,7 @@ class ProbeResult:
 
     @property
     def control_accuracy(self) -> float:
-        return self._accuracy(self.control_correct)[0]
+        return sum(self.control_correct) / self.n
 
     @property
     def control_interval(self) -> tuple[float, float]:
@@ -502,11 +498,9 @@ class ProbeResult:
 
     @property
     def selectivity(self) -> PairedDifference:
-        """Task minus control accuracy, paired over the same items (or groups): the probe is
-        selective only where its interval lies above 0."""
-        if self.groups is None:
-            return paired_difference(self.task_correct, self.control_correct)
-        return paired_difference(self._per_group(self.task_correct), self._per_group(self.control_correct))
+        """Task minus control accuracy, paired over the same items (clustered by group when
+        given): the probe is selective only where its interval lies above 0."""
+        return paired_difference(self.task_correct, self.control_correct, clusters=self.groups)
 
     def __str__(self) -> str:
         (tl, th), (cl, ch) = self.task_interval, self.control_interval
@@ -562,7 +556,7 @@ def probe(
     ``labels`` (N,), one for ``control_labels`` (N,), and score both on the same held-out items:
     ``test`` (N,) booleans, or a random ``test_fraction`` of the items (of the ``groups``, when
     given) drawn with ``seed``. With ``groups`` (N,) (e.g. each token's sequence), a group lies
-    wholly in training or in test, and the results count groups as the units (see
+    wholly in training or in test, and the intervals are clustered by group (see
     :class:`ProbeResult`). Features are standardised with the training items' mean and spread.
 
     A high task accuracy says the information is linearly readable; only a high *selectivity*

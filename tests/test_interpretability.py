@@ -21,7 +21,7 @@ from transformer_lens.head_detector import detect_head
 from transformer_lens.model_bridge import TransformerBridge
 
 from course_lib import interpretability as interp
-from course_lib.evaluation import mean_interval, wilson_interval
+from course_lib.evaluation import t_quantile, wilson_interval
 from course_lib.interpretability import (
     Cache,
     ProbeResult,
@@ -565,13 +565,16 @@ def test_probe_results_by_hand():
     assert (items.n, items.n_groups, items.task_accuracy, items.control_accuracy) == (4, 4, 0.75, 0.25)
     assert items.task_interval == wilson_interval(3, 4)
     assert (items.selectivity.difference, items.selectivity.a_only, items.selectivity.b_only) == (0.5, 2, 0)
-    # the same answers from two sequences: sequence 0 gives task 1, control 1/2; sequence 1 task 1/2, control 0
-    grouped = ProbeResult(task_correct=[1, 1, 0, 1], control_correct=[1, 0, 0, 0], groups=[0, 0, 1, 1])
-    assert (grouped.n, grouped.n_groups, grouped.task_accuracy, grouped.control_accuracy) == (4, 2, 0.75, 0.25)
-    assert grouped.task_interval == mean_interval([1.0, 0.5])[1]  # over the 2 groups, not the 4 items
-    assert grouped.selectivity.difference == 0.5 and grouped.selectivity.n == 2
-    assert grouped.selectivity.low == grouped.selectivity.high == 0.5  # both groups differ by exactly 1/2
-    assert "4 items in 2 groups" in str(grouped)
+    # answers from three sequences of two tokens each
+    grouped = ProbeResult([1, 1, 0, 1, 1, 1], [1, 0, 0, 0, 1, 0], groups=[0, 0, 1, 1, 2, 2])
+    assert (grouped.n, grouped.n_groups, grouped.task_accuracy, grouped.control_accuracy) == (6, 3, 5 / 6, 2 / 6)
+    # clustered by hand: the residuals from 5/6 sum to 1/3, -2/3, 1/3 per sequence; the CR1 error is
+    # sqrt(3 / 2 * (1/9 + 4/9 + 1/9)) / 6 = 1/6, and t with 2 degrees of freedom is 4.303
+    assert t_quantile(0.95, 2) == pytest.approx(4.303, abs=1e-3)
+    assert grouped.task_interval == pytest.approx((5 / 6 - t_quantile(0.95, 2) / 6, 1.0))  # capped at 1
+    assert grouped.selectivity.difference == 0.5 and grouped.selectivity.n == 6
+    assert grouped.selectivity.low == grouped.selectivity.high == 0.5  # every sequence differs by exactly 1/2
+    assert "6 items in 3 groups" in str(grouped)
 
 
 def test_probe_keeps_a_group_on_one_side():
@@ -582,7 +585,7 @@ def test_probe_keeps_a_group_on_one_side():
     control = control_task(torch.randint(0, 20, (400,), generator=gen), labels, gen)
     result = probe(features, labels, control, groups=groups, test_fraction=0.25)
     assert result.n == 100 and result.n_groups == 10  # 10 whole sequences held out
-    assert result.selectivity.n == 10 and result.task_accuracy > 0.9
+    assert result.selectivity.interval == "t over 10 clusters, 9 df" and result.task_accuracy > 0.9
     with pytest.raises(ValueError, match=r"groups \[0\] have items in both training and test"):
         probe(features, labels, control, groups=groups, test=torch.arange(400) < 5)
 
