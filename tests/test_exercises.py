@@ -778,3 +778,64 @@ MISTAKES["prompt-lookup"] = [
     ),
     lambda ids, k: lookup(ids, k)[:1],  # one token only
 ]
+
+
+# == 15 · What the model learned ===========================================================
+
+
+MISTAKES["uniform-previous-token-score"] = [
+    lambda T: 1 / T,  # 1/T at every position
+    lambda T: sum(1 / (t + 1) for t in range(T)) / T,  # position 0 counted, with weight 1
+    lambda T: sum(1 / t for t in range(1, T)) / (T - 1),  # 1/t: t positions instead of t + 1
+]
+
+
+def duplicate_scores(attention, period, shift=0, all_queries=False):
+    T = attention[0].shape[-1]
+    queries = torch.arange(period if all_queries else T - period, T)
+    return torch.stack([a[:, :, queries, queries - period + shift].mean(dim=(0, 2)) for a in attention])
+
+
+MISTAKES["duplicate-token-scores"] = [
+    lambda a, p: duplicate_scores(a, p, shift=1),  # the induction score
+    lambda a, p: duplicate_scores(a, p, all_queries=True),  # queries from position `period` on
+    lambda a, p: duplicate_scores(a, p).mean(dim=1, keepdim=True).expand(len(a), a[0].shape[1]),  # heads averaged
+]
+
+
+def ablated(z, head, mean):
+    out = z.clone()
+    out[:, :, head] = mean
+    return out
+
+
+MISTAKES["mean-ablate"] = [
+    lambda z, h: ablated(z, h, z[:, :, h].mean()),  # the bug: one number for all of D
+    lambda z, h: ablated(z, h, z[:, :, h].mean(dim=0)),  # the mean over the batch only
+    lambda z, h: z - z.mean(dim=(0, 1)) + z.mean(dim=(0, 1)) * 0,  # every head centred
+    lambda z, h: ablated(z, h, 0.0),  # zero ablation
+]
+
+
+def settles(lens, answer, k, first=False, ties_against=False):
+    above = (
+        (lens >= lens[:, answer : answer + 1]).sum(1) - 1
+        if ties_against
+        else (lens > lens[:, answer : answer + 1]).sum(1)
+    )
+    inside = (above < k).tolist()
+    if first:
+        return next((layer for layer, ok in enumerate(inside) if ok), None)
+    if not inside[-1]:
+        return None
+    layer = len(inside) - 1
+    while layer > 0 and inside[layer - 1]:
+        layer -= 1
+    return layer
+
+
+MISTAKES["settles-at"] = [
+    lambda lens, a, k: settles(lens, a, k, first=True),  # the first layer in the top k, even if it drops out
+    lambda lens, a, k: settles(lens, a, k, ties_against=True),  # a tie counted against the answer
+    lambda lens, a, k: settles(lens, a, k) or 0,  # 0 instead of None
+]

@@ -593,3 +593,51 @@ def _lookup() -> list[Case]:
         Case(([9], 3), "one token: nothing to look up"),
         Case((torch.randint(0, 6, (80,), generator=g).tolist(), 5), "80 random tokens of 6"),
     ]
+
+
+# == 15 · What the model learned ===========================================================
+
+
+@hidden("uniform-previous-token-score")
+def _uniform_score() -> list[Case]:
+    return [Case((T,), f"T = {T}") for T in (4, 10, 33, 256, 1024)]
+
+
+def _causal_rows(g: torch.Generator, L: int, B: int, H: int, T: int) -> list[torch.Tensor]:
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    return [torch.randn(B, H, T, T, generator=g).masked_fill(~mask, float("-inf")).softmax(-1) for _ in range(L)]
+
+
+@hidden("duplicate-token-scores")
+def _duplicate() -> list[Case]:
+    g = _g(25)
+    return [
+        Case((_causal_rows(g, 1, 2, 2, 8), 4), "a batch of two, T = 2 * period"),
+        Case((_causal_rows(g, 3, 1, 4, 13), 5), "three layers, three tokens before the copies"),
+        Case((_causal_rows(g, 2, 3, 1, 2), 1), "period 1: each token its own copy"),
+        Case((_causal_rows(g, 1, 1, 3, 21), 10), "one token before two copies of 10"),
+    ]
+
+
+@hidden("mean-ablate")
+def _mean_ablate() -> list[Case]:
+    g = _g(26)
+    return [
+        Case((torch.randn(2, 3, 4, 5, generator=g), 0), "head 0"),
+        Case((torch.randn(2, 3, 4, 5, generator=g), 3), "the last head"),
+        Case((torch.randn(5, 1, 3, 2, generator=g), 1), "one position, five sequences"),
+        Case((torch.randn(1, 1, 1, 6, generator=g), 0), "one head, one position: z itself"),
+        Case((torch.randn(2, 4, 2, 3, generator=g).double(), 1), "float64"),
+    ]
+
+
+@hidden("settles-at")
+def _settles() -> list[Case]:
+    g = _g(27)
+    return [
+        Case((torch.randn(13, 50, generator=g), 7, 5), "13 layers, 50 tokens, top 5"),
+        Case((torch.arange(12.0).view(3, 4), 3, 1), "always the largest: layer 0"),
+        Case((torch.arange(12.0).view(3, 4).flip(-1), 3, 1), "always the smallest: None"),
+        Case((torch.randn(31, 200, generator=g), 0, 200), "top 200 of 200: layer 0"),
+        Case((torch.zeros(4, 3), 2, 1), "every logit tied: layer 0"),
+    ]

@@ -104,6 +104,39 @@ def unk_rate(train_words: list[str], val_words: list[str], min_count: int) -> fl
     return sum(w not in vocab for w in val_words) / len(val_words)
 
 
+# == 15 · What the model learned ===========================================================
+
+
+@solution("uniform-previous-token-score")
+def uniform_previous_token_score(T: int) -> float:
+    return sum(1 / (t + 1) for t in range(1, T)) / (T - 1)  # weight 1/(t + 1) on t - 1, for t = 1 .. T - 1
+
+
+@solution("duplicate-token-scores")
+def duplicate_token_scores(attention: list[torch.Tensor], period: int) -> torch.Tensor:
+    T = attention[0].shape[-1]
+    queries = torch.arange(T - period, T)  # the second copy
+    return torch.stack([a[:, :, queries, queries - period].mean(dim=(0, 2)) for a in attention])  # (L, H)
+
+
+@solution("mean-ablate")
+def mean_ablate(z: torch.Tensor, head: int) -> torch.Tensor:
+    out = z.clone()
+    out[:, :, head] = z[:, :, head].mean(dim=(0, 1))  # (D,): over the batch and the positions
+    return out
+
+
+@solution("settles-at")
+def settles_at(lens: torch.Tensor, answer: int, k: int) -> int | None:
+    ranks = (lens > lens[:, answer : answer + 1]).sum(dim=1)  # (L + 1,): logits strictly above the answer's
+    layer = None
+    for at in range(len(ranks) - 1, -1, -1):
+        if ranks[at] >= k:
+            break
+        layer = at
+    return layer
+
+
 def show(name: str) -> str:
     """The source of ``name``'s solution, else of its reference, as an instructor reads it."""
     from course_lib.exercises import EXERCISES
