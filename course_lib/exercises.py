@@ -159,7 +159,7 @@ def banned(paths: Sequence[str], fn: Any = None) -> Iterator[None]:
 
     def refusal(path: str) -> Callable:
         def refuse(*args: Any, **kwargs: Any) -> Any:
-            raise BannedFunction(f"{path} is banned in this exercise: write it yourself")
+            raise BannedFunction(f"{path} is banned in this exercise")
 
         return refuse
 
@@ -279,7 +279,7 @@ def check(name: str, fn: Callable) -> CheckResult:
     for k, (case, expected) in enumerate(zip(cases, answers), start=1):
         args_text = ", ".join(_show(a, 120) for a in case.args)
         if use is not None:
-            got_text, ok = f"{use} itself, which this exercise bans: write it yourself", False
+            got_text, ok = f"{use} itself, which this exercise bans", False
         else:
             try:
                 with banned(ex.bans, fn):
@@ -326,8 +326,8 @@ def _dense(shape: tuple[int, ...], entries: dict[tuple[int, ...], float], dtype=
     "trigram-counts",
     hint=[
         "a trigram is three tokens in a row; how many start positions does a list of n tokens have?",
-        "zip(ids, ids[1:], ids[2:]) gives every (a, b, c); counts[a, b, c] += 1 on a (V, V, V) tensor of "
-        "zeros, V = vocab_size even when some ids never occur",
+        "three shifted views of the list walked together give every (a, b, c); the table has vocab_size "
+        "entries on each axis, even for ids that never occur",
         "usual mistakes: the indices in another order, the vocabulary taken from the data, the last trigram lost",
     ],
 )
@@ -344,8 +344,8 @@ def _trigram_cases() -> list[Case]:
     "interpolated-bigram",
     hint=[
         "build two tables from the counts: P(b | a) from each row, P(b) from the whole table; then mix them",
-        "P(b | a) = counts[a, b] / counts[a].sum(); P(b) = counts[:, b].sum() / counts.sum() (how often b came "
-        "second); the answer is lam * P(b | a) + (1 - lam) * P(b), each row summing to 1",
+        "P(b | a) divides each row by its own total; P(b) counts how often b came SECOND, so it sums a column, "
+        "over the total of the whole table",
         "a row a that never came first has no P(b | a): use P(b) there (torch.where on the row sums); usual "
         "mistakes: P(b) from the rows (counts.sum(1)), lam on the wrong table, dividing by 0",
     ],
@@ -385,8 +385,8 @@ def _accumulated_cases() -> list[Case]:
     reference=lambda x: torch.logsumexp(x, dim=-1),
     hint=[
         "the function is right for one row; feed it a batch whose rows are far apart and look at the small row",
-        "x.max() is the maximum of the WHOLE tensor: a row far below it underflows, exp(x - m) = 0 and log 0 = "
-        "-inf; each row needs its own maximum, x.max(dim=-1, keepdim=True).values",
+        "x.max() is the maximum of the WHOLE tensor: in a row far below it every exp(x - m) underflows to 0, "
+        "and log 0 = -inf; what maximum does each row need?",
         "then subtract it with keepdim and add it back after the log, squeezing the last dimension",
     ],
     bans=("torch.logsumexp", "torch.Tensor.logsumexp", "torch.special.logsumexp"),
@@ -407,8 +407,8 @@ def _logsumexp_cases() -> list[Case]:
     "chunk-pair-counts",
     hint=[
         "count the pairs inside each chunk only, then weigh them by how often the chunk occurs",
-        "for chunk, n in chunks.items(): every (chunk[i], chunk[i + 1]) gains n; a chunk of one token adds "
-        "nothing, and the last token of one chunk never pairs with the first of the next",
+        "a chunk that occurs n times contributes each of its pairs n times; a chunk of one token has no pair, "
+        "and the end of one chunk never pairs with the start of the next",
         "usual mistakes: each chunk counted once instead of n times, pairs across chunk boundaries, "
         "pairs that do not overlap ([7, 7, 7] holds (7, 7) twice)",
     ],
@@ -445,8 +445,8 @@ def _special_cases() -> list[Case]:
     "longest-match",
     hint=[
         "stand at position i: which vocabulary entries does text[i:] start with? Take the longest",
-        "for length in range(len(text) - i, 0, -1): the first text[i:i + length] in vocab wins; no entry at "
-        "all: the single character text[i]; then move i past what you took",
+        "try the lengths from the longest possible down to 1: the first piece in vocab wins; with no entry at "
+        "all, take one character; then move on past what you took",
         "usual mistakes: the shortest match, the first entry of the set that matches, restarting too early",
     ],
 )
@@ -463,8 +463,8 @@ def _longest_match_cases() -> list[Case]:
     "unk-rate",
     hint=[
         "first the vocabulary (which words are kept?), then the share of validation words outside it",
-        "a word is kept when it occurs at least min_count times in train_words (collections.Counter); the rate "
-        "counts validation words with their repetitions: unknown occurrences / len(val_words)",
+        "a word is kept when it occurs at least min_count times in train_words; the rate counts validation "
+        "words with their repetitions",
         "usual mistakes: > min_count instead of >=, distinct validation words instead of occurrences",
     ],
 )
@@ -485,8 +485,8 @@ def _unk_rate_cases() -> list[Case]:
     "padded-windows",
     hint=[
         "how many windows does it take so that every token after the first is a target exactly once?",
-        "window i starts at i * context_length: inputs ids[s : s + T], targets ids[s + 1 : s + T + 1]; "
-        "N = ceil((len(ids) - 1) / T); the last window may come up short",
+        "window i starts at i * context_length; its targets are its inputs shifted by one; count the windows "
+        "from the number of targets, len(ids) - 1, and let the last one come up short",
         "pad a short window on the RIGHT: inputs with pad_id, targets with -100 (cross-entropy skips -100); "
         "usual mistakes: the short window dropped, targets padded with pad_id",
     ],
@@ -534,8 +534,8 @@ def _windows(start: int, count: int, step: int, context: int) -> tuple[torch.Ten
     "split-windows",
     hint=[
         "with stride 2 and context 4, take one validation window: are its tokens inside some training window?",
-        "a random split of overlapping windows puts the same tokens on both sides: split the TOKENS first "
-        "(the first int(len(ids) * (1 - val_fraction)) for training), then cut windows in each part",
+        "a random split of overlapping windows puts the same tokens on both sides; what could be split before "
+        "any window is cut?",
         "each part's windows start at 0, stride, 2 * stride ... while c + 1 tokens fit; a part too short "
         "for one window gives tensors of shape (0, context_length)",
     ],
@@ -651,7 +651,7 @@ def _linear_attention_cases() -> list[Case]:
     "score-scale",
     hint=[
         "start from one product q_i k_i of independent, mean-0 entries: what is its variance?",
-        "Var(q_i k_i) = E[q_i^2] E[k_i^2] = var_q * var_k when the means are 0; the d products are independent",
+        "with mean-0 independent factors, Var(q_i k_i) = E[q_i^2] E[k_i^2]; and the d products are independent",
         "the variance of q . k is the sum of d of them; divide by its square root to bring it back to 1",
     ],
 )
@@ -691,8 +691,7 @@ def _attention_pool_cases() -> list[Case]:
     "attention-entropy",
     hint=[
         "the entropy of one row is -sum p log p; what should a weight of exactly 0 contribute?",
-        "0 * log 0 is nan in floating point but 0 in the limit: compute p * log p only where p > 0 "
-        "(torch.where, or torch.special.xlogy(p, p))",
+        "0 * log 0 is nan in floating point but 0 in the limit: leave the zero weights out of the sum",
         "sum over the last dimension (the keys), then the mean over every other dimension",
     ],
 )
@@ -718,8 +717,8 @@ def _allowed(rows: list[str]) -> torch.Tensor:
     hint=[
         "draw the mask for T = 5, window = 2 on paper: which keys may query 3 see?",
         "query i may attend key j when j <= i (causal) AND i - j < window (at most window tokens, itself included)",
-        "build it from i = torch.arange(T)[:, None] and j = torch.arange(T)[None, :]; usual mistakes: i - j <= "
-        "window (one too many), the window on both sides, the upper triangle",
+        "a column of query positions against a row of key positions broadcasts to (T, T); usual mistakes: "
+        "one key too many, the window on both sides, the upper triangle",
     ],
 )
 def _local_mask_cases() -> list[Case]:
@@ -753,7 +752,8 @@ def _left_padded_cases() -> list[Case]:
     "mha-parameters",
     hint=[
         "count one head's query, key and value weights and biases, then all heads, then the output projection",
-        "each head maps C to D = C / n_heads: 3 * (C * D + D) per head; times n_heads that is 3 * (C * C + C)",
+        "each head maps C to D = C / n_heads, with a weight and a bias for each of query, key and value; "
+        "multiply by the number of heads and simplify",
         "the output projection is C x C plus a bias of C: does the number of heads appear anywhere?",
     ],
 )
@@ -820,10 +820,10 @@ def _rope_cases() -> list[Case]:
     hint=[
         "list the parts first: embedding, head, and per layer attention, feed-forward and norms; what is gone "
         "compared with GPT-2?",
-        "per layer: q, k, v, o are C x C each (4 C^2, no biases); SwiGLU has gate and up (C x hidden) and down "
-        "(hidden x C): 3 C hidden; two RMSNorms of C weights each (no shift)",
-        "add the token embedding V C, the untied LM head V C and the final RMSNorm C; no position table "
-        "(RoPE has no weights); LLaMA-7B has 6,738,415,616",
+        "per layer: four C x C projections with no biases; SwiGLU's three matrices between C and hidden; "
+        "two RMSNorms, each a weight of C and no shift",
+        "then the token embedding, the untied LM head (as large again) and the final RMSNorm; no position "
+        "table: RoPE has no weights",
     ],
     bans=("course_lib.model.parameter_formula", "course_lib.model.count_parameters"),
 )
@@ -901,8 +901,8 @@ def _dead_fraction_cases() -> list[Case]:
     "lr-from-zero",
     hint=[
         "three pieces: before warmup_steps, between warmup_steps and total_steps, after; where is step 0?",
-        "warmup: max_lr * step / warmup_steps (0 at step 0, the peak at step warmup_steps); then "
-        "min_lr + (max_lr - min_lr) * (1 + cos(pi * (step - warmup_steps) / (total_steps - warmup_steps))) / 2",
+        "the warmup is a straight line through (0, 0) and (warmup_steps, max_lr); the cosine's progress runs "
+        "from 0 at warmup_steps to 1 at total_steps, and (1 + cos(pi * progress)) / 2 goes from 1 to 0",
         "after total_steps the rate stays at min_lr; usual mistakes: the warmup of the chapter (step + 1), "
         "the cosine counted from step 0, decaying to 0 instead of min_lr",
     ],
@@ -920,9 +920,9 @@ def _lr_from_zero_cases() -> list[Case]:
     "adamw-first-step",
     hint=[
         "on the first step Adam's averages hold one gradient each: what are m-hat and v-hat after bias correction?",
-        "m-hat = g and v-hat = g ** 2, so the update is lr * g / (|g| + eps): about lr, whatever the size of g",
-        "AdamW shrinks the weight first, w * (1 - lr * weight_decay), and subtracts that update; a zero gradient "
-        "gives no update at all",
+        "after bias correction m-hat is g itself and v-hat is g squared: what is m-hat / (sqrt(v-hat) + eps)?",
+        "AdamW's decay is applied to the weight itself, by the factor 1 - lr * weight_decay, besides the Adam "
+        "step; a zero gradient gives no Adam step at all",
     ],
     bans=("torch.optim.AdamW", "torch.optim.Adam", "torch.optim.adamw.adamw", "course_lib.training.make_optimizer"),
 )
@@ -941,8 +941,8 @@ def _adamw_cases() -> list[Case]:
     "accumulated-gradient",
     hint=[
         "give it two micro-batches of 3 and 1 examples: whose gradient should count more?",
-        "each micro-gradient is a MEAN over its own examples; the full batch's mean weighs each one by its "
-        "number of examples: sum(size * g) / sum(size)",
+        "each micro-gradient is a MEAN over its own examples: turn each back into a sum over its examples "
+        "before you average over the whole batch",
         "the plain mean of the micro-gradients is right only when every micro-batch has the same size",
     ],
 )
@@ -995,9 +995,8 @@ def _nucleus(logits: torch.Tensor, p: float, keep: int) -> torch.Tensor:
         "start from the nucleus of the chapter; when is it smaller than min_tokens_to_keep?",
         "in sorted order a token stays if the probability before it is below p OR its rank (0, 1, ...) is "
         "below min_tokens_to_keep; the rest become -inf",
-        "sort with descending=True, decide on the sorted row, then scatter the decision back to vocabulary "
-        "order (or mask the original by the sorted indices); usual mistakes: -inf for kept tokens, p applied "
-        "after the cumulative sum of the tokens themselves",
+        "decide on the sorted row, then carry the decision back to vocabulary order; usual mistakes: the "
+        "nucleus counted with the token's own probability, the minimum ignored or off by one",
     ],
     bans=("course_lib.generation.filter_logits",),
 )

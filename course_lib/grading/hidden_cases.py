@@ -2,8 +2,8 @@
 
 ``check()`` in a student's notebook tries the visible cases of ``exercises.py``; the grader
 (``course.py grade``) tries those *and* the hidden ones, so "all cases passed" in a notebook does
-not mean full marks. The expected answers still come from each exercise's reference in
-``exercises.py``.
+not mean full marks. The expected answers come from each exercise's reference in ``exercises.py`` or,
+for an exercise that no course_lib function answers, from its solution in ``solutions.py`` (:func:`answered`).
 
 This is the course's **demo set**. It ships inside course_lib, so students can read it: use it to try
 the grader. For real grades, ``python3 course.py grade --export-cases my_cases.py`` writes a copy of
