@@ -34,12 +34,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .attention import causal_mask, scaled_dot_product_attention, softmax
-from .data import SlidingWindowDataset
+from .attention import causal_mask, softmax
 from .evaluation import mean_interval
-from .generation import filter_logits
 from .instruct import collate, format_prompt
-from .model import GPTConfig, parameter_formula
 from .positional import rope_interleaved, sinusoidal_encoding
 from .preference import dpo_loss
 from .prompting import few_shot_prompt, majority_vote
@@ -47,7 +44,6 @@ from .quantization import quantize_int8
 from .rl import group_advantages
 from .speculative import prompt_lookup, residual_distribution
 from .tasks import addition_reward
-from .training import TrainConfig, lr_at
 
 _FROM_REFERENCE: Any = object()  # a case without its own expected value: the reference answers it
 
@@ -164,7 +160,7 @@ def banned(paths: Sequence[str], fn: Any = None) -> Iterator[None]:
 
     def refusal(path: str) -> Callable:
         def refuse(*args: Any, **kwargs: Any) -> Any:
-            raise BannedFunction(f"{path} is banned in this exercise: write it yourself")
+            raise BannedFunction(f"{path} is banned in this exercise")
 
         return refuse
 
@@ -176,7 +172,7 @@ def banned(paths: Sequence[str], fn: Any = None) -> Iterator[None]:
         scopes = [getattr(fn, "__globals__", {})] if paths else []
         for scope in scopes:  # the student's own names for a banned function
             for name, value in list(scope.items()):
-                if id(value) in originals and not isinstance(value, type):
+                if id(value) in originals:
                     undo.append((scope, name, value))
                     scope[name] = refusal(originals[id(value)])
         for cell in getattr(fn, "__closure__", None) or ():
@@ -284,7 +280,7 @@ def check(name: str, fn: Callable) -> CheckResult:
     for k, (case, expected) in enumerate(zip(cases, answers), start=1):
         args_text = ", ".join(_show(a, 120) for a in case.args)
         if use is not None:
-            got_text, ok = f"{use} itself, which this exercise bans: write it yourself", False
+            got_text, ok = f"{use} itself, which this exercise bans", False
         else:
             try:
                 with banned(ex.bans, fn):
@@ -331,8 +327,8 @@ def _dense(shape: tuple[int, ...], entries: dict[tuple[int, ...], float], dtype=
     "trigram-counts",
     hint=[
         "a trigram is three tokens in a row; how many start positions does a list of n tokens have?",
-        "zip(ids, ids[1:], ids[2:]) gives every (a, b, c); counts[a, b, c] += 1 on a (V, V, V) tensor of "
-        "zeros, V = vocab_size even when some ids never occur",
+        "three shifted views of the list walked together give every (a, b, c); the table has vocab_size "
+        "entries on each axis, even for ids that never occur",
         "usual mistakes: the indices in another order, the vocabulary taken from the data, the last trigram lost",
     ],
 )
@@ -349,8 +345,8 @@ def _trigram_cases() -> list[Case]:
     "interpolated-bigram",
     hint=[
         "build two tables from the counts: P(b | a) from each row, P(b) from the whole table; then mix them",
-        "P(b | a) = counts[a, b] / counts[a].sum(); P(b) = counts[:, b].sum() / counts.sum() (how often b came "
-        "second); the answer is lam * P(b | a) + (1 - lam) * P(b), each row summing to 1",
+        "P(b | a) divides each row by its own total; P(b) counts how often b came SECOND, so it sums a column, "
+        "over the total of the whole table",
         "a row a that never came first has no P(b | a): use P(b) there (torch.where on the row sums); usual "
         "mistakes: P(b) from the rows (counts.sum(1)), lam on the wrong table, dividing by 0",
     ],
@@ -390,8 +386,8 @@ def _accumulated_cases() -> list[Case]:
     reference=lambda x: torch.logsumexp(x, dim=-1),
     hint=[
         "the function is right for one row; feed it a batch whose rows are far apart and look at the small row",
-        "x.max() is the maximum of the WHOLE tensor: a row far below it underflows, exp(x - m) = 0 and log 0 = "
-        "-inf; each row needs its own maximum, x.max(dim=-1, keepdim=True).values",
+        "x.max() is the maximum of the WHOLE tensor: in a row far below it every exp(x - m) underflows to 0, "
+        "and log 0 = -inf; what maximum does each row need?",
         "then subtract it with keepdim and add it back after the log, squeezing the last dimension",
     ],
     bans=("torch.logsumexp", "torch.Tensor.logsumexp", "torch.special.logsumexp"),
@@ -412,8 +408,8 @@ def _logsumexp_cases() -> list[Case]:
     "chunk-pair-counts",
     hint=[
         "count the pairs inside each chunk only, then weigh them by how often the chunk occurs",
-        "for chunk, n in chunks.items(): every (chunk[i], chunk[i + 1]) gains n; a chunk of one token adds "
-        "nothing, and the last token of one chunk never pairs with the first of the next",
+        "a chunk that occurs n times contributes each of its pairs n times; a chunk of one token has no pair, "
+        "and the end of one chunk never pairs with the start of the next",
         "usual mistakes: each chunk counted once instead of n times, pairs across chunk boundaries, "
         "pairs that do not overlap ([7, 7, 7] holds (7, 7) twice)",
     ],
@@ -450,8 +446,8 @@ def _special_cases() -> list[Case]:
     "longest-match",
     hint=[
         "stand at position i: which vocabulary entries does text[i:] start with? Take the longest",
-        "for length in range(len(text) - i, 0, -1): the first text[i:i + length] in vocab wins; no entry at "
-        "all: the single character text[i]; then move i past what you took",
+        "try the lengths from the longest possible down to 1: the first piece in vocab wins; with no entry at "
+        "all, take one character; then move on past what you took",
         "usual mistakes: the shortest match, the first entry of the set that matches, restarting too early",
     ],
 )
@@ -468,8 +464,8 @@ def _longest_match_cases() -> list[Case]:
     "unk-rate",
     hint=[
         "first the vocabulary (which words are kept?), then the share of validation words outside it",
-        "a word is kept when it occurs at least min_count times in train_words (collections.Counter); the rate "
-        "counts validation words with their repetitions: unknown occurrences / len(val_words)",
+        "a word is kept when it occurs at least min_count times in train_words; the rate counts validation "
+        "words with their repetitions",
         "usual mistakes: > min_count instead of >=, distinct validation words instead of occurrences",
     ],
 )
@@ -486,42 +482,91 @@ def _unk_rate_cases() -> list[Case]:
 # == 02 · Embeddings and training data =====================================================
 
 
-def _sliding_windows(ids: list[int], context_length: int, stride: int) -> tuple[torch.Tensor, torch.Tensor]:
-    dataset = SlidingWindowDataset(ids, context_length, stride)
-    inputs, targets = zip(*(dataset[i] for i in range(len(dataset))))
-    return torch.stack(inputs), torch.stack(targets)  # (N, T), (N, T)
+@exercise(
+    "padded-windows",
+    hint=[
+        "how many windows does it take so that every token after the first is a target exactly once?",
+        "window i starts at i * context_length; its targets are its inputs shifted by one; count the windows "
+        "from the number of targets, len(ids) - 1, and let the last one come up short",
+        "pad a short window on the RIGHT: inputs with pad_id, targets with -100 (cross-entropy skips -100); "
+        "usual mistakes: the short window dropped, targets padded with pad_id",
+    ],
+)
+def _padded_window_cases() -> list[Case]:
+    return [
+        Case(([1, 2, 3, 4, 5], 2, 0), "an exact fit: two windows",
+             (torch.tensor([[1, 2], [3, 4]]), torch.tensor([[2, 3], [4, 5]]))),
+        Case((list(range(10)), 4, 99), "one short window at the end",
+             (torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 99, 99]]),
+              torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, -100, -100, -100]]))),
+        Case(([7, 8], 3, 0), "fewer tokens than the context",
+             (torch.tensor([[7, 8, 0]]), torch.tensor([[8, -100, -100]]))),
+    ]  # fmt: skip
 
 
 @exercise(
-    "sliding-windows",
-    reference=_sliding_windows,
-    hint="window i starts at i * stride and needs context_length + 1 tokens; the target "
-    "is the input shifted one token to the right; N = (len(ids) - T - 1) // stride + 1",
+    "embedding-grad",
+    hint=[
+        "what is the gradient of x ** 2 for one looked-up row, and what happens when a row is looked up twice?",
+        "a row looked up n times gets n times the gradient of one lookup; a row never looked up gets 0",
+        "the gradient of (row ** 2).sum() with respect to the row is 2 * row; count how often each id occurs "
+        "(every id of the vocabulary, seen or not)",
+    ],
+    bans=("torch.Tensor.backward", "torch.autograd.backward", "torch.autograd.grad"),
 )
-def _window_cases() -> list[Case]:
+def _embedding_grad_cases() -> list[Case]:
+    w = torch.arange(6.0).view(3, 2)  # rows [0, 1], [2, 3], [4, 5]
     return [
-        Case((list(range(10)), 4, 4), "stride equal to the context"),
-        Case((list(range(10)), 4, 1), "stride 1: every position"),
-        Case((list(range(9)), 4, 4), "leftover tokens at the end"),
-        Case((list(range(7)), 3, 2), "overlapping windows"),
-    ]
+        Case((w, torch.tensor([1])), "one lookup", torch.tensor([[0.0, 0.0], [4.0, 6.0], [0.0, 0.0]])),
+        Case((w, torch.tensor([2, 0, 2])), "row 2 twice", torch.tensor([[0.0, 2.0], [0.0, 0.0], [16.0, 20.0]])),
+        Case((w, torch.tensor([[1, 1], [1, 2]])), "a (2, 2) batch of ids",
+             torch.tensor([[0.0, 0.0], [12.0, 18.0], [8.0, 10.0]])),
+    ]  # fmt: skip
 
 
-def _one_hot_embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return F.one_hot(ids, weight.shape[0]).to(weight.dtype) @ weight  # (..., V) @ (V, C) -> (..., C)
+def _windows(start: int, count: int, step: int, context: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Windows of consecutive integers: the expected answer of a split of torch.arange."""
+    starts = torch.arange(count) * step + start  # (N,)
+    x = starts[:, None] + torch.arange(context)  # (N, T)
+    return x, x + 1
 
 
 @exercise(
-    "one-hot-embedding",
-    reference=_one_hot_embedding,
-    hint="F.one_hot(ids, num_classes=weight.shape[0]) is an integer tensor of shape "
-    "(..., V): convert it to weight's dtype, then multiply by weight (V, C)",
+    "split-windows",
+    hint=[
+        "with stride 2 and context 4, take one validation window: are its tokens inside some training window?",
+        "a random split of overlapping windows puts the same tokens on both sides; what could be split before "
+        "any window is cut?",
+        "each part's windows start at 0, stride, 2 * stride ... while c + 1 tokens fit; a part too short "
+        "for one window gives tensors of shape (0, context_length)",
+    ],
 )
-def _embedding_cases() -> list[Case]:
-    g = _seeded(1)
+def _split_window_cases() -> list[Case]:
     return [
-        Case((torch.tensor([2, 0, 1]), torch.arange(12.0).reshape(4, 3)), "three ids, readable weights"),
-        Case((torch.tensor([[0, 3], [3, 3]]), torch.randn(4, 5, generator=g)), "a (B, T) batch"),
+        Case((torch.arange(20), 4, 2, 0.25), "stride 2: the random split leaks",
+             (*_windows(0, 6, 2, 4), *_windows(15, 1, 2, 4))),
+        Case((torch.arange(30), 3, 3, 0.2), "stride = context",
+             (*_windows(0, 7, 3, 3), *_windows(24, 1, 3, 3))),
+        Case((torch.arange(12), 4, 1, 0.25), "validation too short for one window",
+             (*_windows(0, 5, 1, 4), torch.zeros(0, 4, dtype=torch.long), torch.zeros(0, 4, dtype=torch.long))),
+    ]  # fmt: skip
+
+
+@exercise(
+    "nearest-tokens",
+    hint=[
+        "cosine similarity compares directions, not lengths: normalise the rows first",
+        "normalise every row to length 1; then one matrix-vector product gives every cosine at once; take the "
+        "k largest, leaving token itself out",
+        "usual mistakes: token itself first in the list, a plain dot product (long rows win), the k least similar",
+    ],
+)
+def _nearest_cases() -> list[Case]:
+    w = torch.tensor([[1.0, 0.0], [10.0, 10.0], [0.0, 1.0], [-1.0, 0.0], [0.9, 0.1]])
+    return [
+        Case((w, 0, 2), "direction, not length: row 1 is long but 45 degrees away", [4, 1]),
+        Case((w, 2, 1), "the closest direction to (0, 1)", [1]),
+        Case((w, 3, 4), "every other row, most similar first", [2, 1, 4, 0]),
     ]
 
 
@@ -565,85 +610,178 @@ def _context_window_cases() -> list[Case]:
 # == 04 · Self-attention ===================================================================
 
 
+def _feature_map(x: torch.Tensor) -> torch.Tensor:
+    return F.elu(x) + 1  # positive everywhere: a similarity without exp
+
+
 @exercise(
-    "attention",
-    reference=lambda q, k, v: scaled_dot_product_attention(q, k, v),
-    hint="scores = q @ k.transpose(-2, -1) / sqrt(d) with d = q.shape[-1]; softmax over the "
-    "last dimension (the keys); then weights @ v",
+    "linear-attention",
+    hint=[
+        "write the weights first, as softmax's would be: phi(q) phi(k)^T, each row divided by its own sum",
+        "phi goes on q and on k, not on v; the denominator of row i is the sum over j of phi(q_i) . phi(k_j), "
+        "the same sum as the numerator's without v",
+        "no sqrt(d) and no softmax here; usual mistakes: no denominator, phi on v, k.T on a batch",
+    ],
+    bans=("torch.nn.functional.scaled_dot_product_attention", "torch.softmax", "torch.Tensor.softmax"),
 )
-def _attention_cases() -> list[Case]:
+def _linear_attention_cases() -> list[Case]:
     g = _seeded(3)
-    return [
-        Case((torch.eye(2), torch.eye(2), torch.tensor([[1.0, 2.0], [3.0, 4.0]])), "two orthogonal tokens"),
-        Case(
-            (torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g), torch.randn(5, 3, generator=g)),
-            "(T, d) inputs",
+
+    def answer(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        w = _feature_map(q) @ _feature_map(k).transpose(-2, -1)  # (..., Tq, Tk)
+        return (w / w.sum(dim=-1, keepdim=True)) @ v  # (..., Tq, dv)
+
+    inputs = [
+        (
+            (torch.zeros(2, 2), torch.zeros(2, 2), torch.tensor([[1.0, 2.0], [3.0, 4.0]])),
+            "equal similarities: the mean of v",
         ),
-        Case(
+        (
+            (torch.randn(3, 4, generator=g), torch.randn(5, 4, generator=g), torch.randn(5, 2, generator=g)),
+            "3 queries, 5 keys: not square",
+        ),
+        (
             (torch.randn(2, 5, 16, generator=g), torch.randn(2, 5, 16, generator=g), torch.randn(2, 5, 8, generator=g)),
             "a batch, d = 16",
         ),
     ]
-
-
-def _causal_softmax(scores: torch.Tensor) -> torch.Tensor:
-    T = scores.shape[-1]
-    return softmax(scores.masked_fill(~causal_mask(T), float("-inf")), dim=-1)
+    return [Case(args, note, answer(*args)) for args, note in inputs]  # fmt: skip
 
 
 @exercise(
-    "causal-softmax",
-    reference=_causal_softmax,
-    hint="set the scores above the diagonal to -inf BEFORE the softmax "
-    "(torch.triu(..., diagonal=1) marks them), then softmax over the last dimension",
+    "score-scale",
+    hint=[
+        "start from one product q_i k_i of independent, mean-0 entries: what is its variance?",
+        "with mean-0 independent factors, Var(q_i k_i) = E[q_i^2] E[k_i^2]; and the d products are independent",
+        "the variance of q . k is the sum of d of them; divide by its square root to bring it back to 1",
+    ],
 )
-def _causal_softmax_cases() -> list[Case]:
-    g = _seeded(4)
+def _score_scale_cases() -> list[Case]:
     return [
-        Case((torch.zeros(3, 3),), "equal scores: uniform over the past"),
-        Case((torch.randn(6, 6, generator=g) * 5,), "random scores"),
-        Case((torch.randn(2, 4, 4, generator=g),), "a batch of score matrices"),
+        Case((64, 1.0, 1.0), "unit variances, d = 64", 8.0),
+        Case((16, 4.0, 1.0), "queries of variance 4", 8.0),
+        Case((100, 0.25, 0.25), "both of variance 1/4", 2.5),
     ]
+
+
+@exercise(
+    "attention-pool",
+    hint=[
+        "run the buggy function on a batch of 2 and sum its weights: over what do they sum to 1?",
+        "the scores are (B, T): the softmax must run over the tokens of each text (dim=1 or -1), not over "
+        "the batch (dim=0), which mixes different texts",
+        "weights (B, T) -> (B, T, 1) to multiply x (B, T, C), then sum over T",
+    ],
+)
+def _attention_pool_cases() -> list[Case]:
+    g = _seeded(4)
+
+    def answer(x: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        weights = torch.softmax(x @ query / math.sqrt(x.shape[-1]), dim=-1)  # (B, T)
+        return torch.einsum("bt,btc->bc", weights, x)  # (B, C)
+
+    inputs = [
+        ((torch.tensor([[[1.0, 0.0], [0.0, 1.0]]]), torch.zeros(2)), "one text, a query of zeros: the mean"),
+        ((torch.randn(2, 3, 4, generator=g), torch.randn(4, generator=g)), "two texts of 3 tokens"),
+        ((torch.randn(4, 6, 8, generator=g), torch.randn(8, generator=g) * 3), "four texts, a sharp query"),
+    ]
+    return [Case(args, note, answer(*args)) for args, note in inputs]
+
+
+@exercise(
+    "attention-entropy",
+    hint=[
+        "the entropy of one row is -sum p log p; what should a weight of exactly 0 contribute?",
+        "0 * log 0 is nan in floating point but 0 in the limit: leave the zero weights out of the sum",
+        "sum over the last dimension (the keys), then the mean over every other dimension",
+    ],
+)
+def _entropy_cases() -> list[Case]:
+    return [
+        Case((torch.tensor([[0.25, 0.25, 0.25, 0.25]]),), "uniform over 4: log 4", math.log(4)),
+        Case((torch.tensor([[1.0, 0.0], [0.5, 0.5]]),), "one-hot (0) and uniform (log 2): their mean", math.log(2) / 2),
+        Case((torch.tensor([[[0.9, 0.1], [0.1, 0.9]], [[1.0, 0.0], [1.0, 0.0]]]),), "a batch of two (2, 2) maps",
+             -(0.9 * math.log(0.9) + 0.1 * math.log(0.1)) / 2),
+    ]  # fmt: skip
 
 
 # == 05 · Causal masking and multi-head attention ==========================================
 
 
-def _split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    B, T, C = x.shape
-    return x.view(B, T, n_heads, C // n_heads).transpose(1, 2)  # (B, H, T, D)
+def _allowed(rows: list[str]) -> torch.Tensor:
+    """A boolean mask written out row by row: '1' may attend, '.' may not."""
+    return torch.tensor([[c == "1" for c in row] for row in rows])
 
 
 @exercise(
-    "split-heads",
-    reference=_split_heads,
-    hint="view (B, T, C) as (B, T, n_heads, C // n_heads), then swap dimensions 1 and 2 "
-    "so each head's (T, D) matrix is contiguous in the last two dimensions",
+    "local-causal-mask",
+    hint=[
+        "draw the mask for T = 5, window = 2 on paper: which keys may query 3 see?",
+        "query i may attend key j when j <= i (causal) AND i - j < window (at most window tokens, itself included)",
+        "a column of query positions against a row of key positions broadcasts to (T, T); usual mistakes: "
+        "one key too many, the window on both sides, the upper triangle",
+    ],
 )
-def _split_heads_cases() -> list[Case]:
-    g = _seeded(5)
+def _local_mask_cases() -> list[Case]:
     return [
-        Case((torch.arange(12.0).view(1, 2, 6), 3), "B=1, T=2, C=6, 3 heads"),
-        Case((torch.randn(2, 5, 8, generator=g), 2), "B=2, T=5, C=8, 2 heads"),
+        Case((4, 1), "window 1: only itself", _allowed(["1...", ".1..", "..1.", "...1"])),
+        Case((5, 2), "window 2: itself and the one before", _allowed(["1....", "11...", ".11..", "..11.", "...11"])),
+        Case((3, 5), "a window longer than T: the causal mask", _allowed(["1..", "11.", "111"])),
     ]
 
 
-def _merge_heads(x: torch.Tensor) -> torch.Tensor:
-    B, H, T, D = x.shape
-    return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, C)
+@exercise(
+    "left-padded-mask",
+    hint=[
+        "in a left-padded row, where are the real tokens: at the start or at the end?",
+        "row b's real tokens are its LAST lengths[b] positions: j >= T - lengths[b]; a key must be real AND not in "
+        "the future",
+        "a padding query would then see nothing at all (a row of -inf: NaN after softmax): let it attend to itself",
+    ],
+)
+def _left_padded_cases() -> list[Case]:
+    return [
+        Case((torch.tensor([3]), 3), "no padding: the causal mask", _allowed(["1..", "11.", "111"]).unsqueeze(0)),
+        Case((torch.tensor([2]), 4), "two pads, then two tokens",
+             _allowed(["1...", ".1..", "..1.", "..11"]).unsqueeze(0)),
+        Case((torch.tensor([1, 3]), 3), "a batch of two",
+             torch.stack([_allowed(["1..", ".1.", "..1"]), _allowed(["1..", "11.", "111"])])),
+    ]  # fmt: skip
 
 
 @exercise(
-    "merge-heads",
-    reference=_merge_heads,
-    hint="undo split-heads: transpose(1, 2) back to (B, T, H, D), then reshape to (B, T, H * D); "
-    "a plain view of (B, H, T, D) mixes tokens of different heads",
+    "mha-parameters",
+    hint=[
+        "count one head's query, key and value weights and biases, then all heads, then the output projection",
+        "each head maps C to D = C / n_heads, with a weight and a bias for each of query, key and value; "
+        "multiply by the number of heads and simplify",
+        "the output projection is C x C plus a bias of C: does the number of heads appear anywhere?",
+    ],
 )
-def _merge_heads_cases() -> list[Case]:
-    g = _seeded(6)
+def _mha_parameter_cases() -> list[Case]:
     return [
-        Case((torch.arange(12.0).view(1, 3, 2, 2),), "B=1, 3 heads, T=2, D=2"),
-        Case((torch.randn(2, 4, 5, 3, generator=g),), "B=2, 4 heads, T=5, D=3"),
+        Case((12, 3), "the wrapper above: C = 12, 3 heads", 624),
+        Case((12, 1), "one head", 624),
+        Case((768, 12), "GPT-2 small's attention", 2362368),
+    ]
+
+
+@exercise(
+    "previous-token-score",
+    hint=[
+        "where in a (T, T) map is the weight of query i on the token just before it?",
+        "those weights w[i, i - 1] lie on the diagonal just below the main one (torch.diagonal has an offset); "
+        "there are T - 1 of them",
+        "average them over the last dimension; the leading dimensions (heads, batch) stay",
+    ],
+)
+def _previous_token_cases() -> list[Case]:
+    uniform = torch.tril(torch.ones(3, 3)) / torch.arange(1, 4)[:, None]  # (3, 3): rows 1, 1/2 1/2, 1/3 ...
+    previous = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])  # always the token before
+    return [
+        Case((previous,), "a previous-token head", torch.tensor(1.0)),
+        Case((uniform,), "uniform over the past: (1/2 + 1/3) / 2", torch.tensor(5 / 12)),
+        Case((torch.stack([previous, uniform, torch.eye(3)]),), "three heads", torch.tensor([1.0, 5 / 12, 0.0])),
     ]
 
 
@@ -679,98 +817,159 @@ def _rope_cases() -> list[Case]:
 
 
 @exercise(
-    "layer-norm",
-    reference=lambda x, weight, bias, eps: F.layer_norm(x, x.shape[-1:], weight, bias, eps),
-    hint="normalise over the last dimension: (x - mean) / sqrt(var + eps) with the biased "
-    "variance (unbiased=False), then multiply by weight and add bias; eps goes inside the sqrt",
+    "llama-parameters",
+    hint=[
+        "list the parts first: embedding, head, and per layer attention, feed-forward and norms; what is gone "
+        "compared with GPT-2?",
+        "per layer: four C x C projections with no biases; SwiGLU's three matrices between C and hidden; "
+        "two RMSNorms, each a weight of C and no shift",
+        "then the token embedding, the untied LM head (as large again) and the final RMSNorm; no position "
+        "table: RoPE has no weights",
+    ],
+    bans=("course_lib.model.parameter_formula", "course_lib.model.count_parameters"),
 )
-def _layer_norm_cases() -> list[Case]:
-    g = _seeded(8)
+def _llama_parameter_cases() -> list[Case]:
     return [
-        Case(
-            (torch.tensor([[1.0, 2.0, 3.0, 4.0]]), torch.ones(4), torch.zeros(4), 1e-5), "one vector, gamma 1, beta 0"
-        ),
-        Case(
-            (torch.randn(2, 3, 6, generator=g) * 4 + 2, torch.randn(6, generator=g), torch.randn(6, generator=g), 1e-5),
-            "(B, T, C) with gamma and beta",
-        ),
-        Case(
-            (torch.tensor([[1.0, 1.01, 0.99, 1.0]]), torch.ones(4), torch.zeros(4), 1e-2), "tiny variance: eps matters"
-        ),
+        Case((100, 8, 1, 16), "a toy model", 2264),
+        Case((1000, 64, 2, 172), "two layers", 227_136),
+        Case((32000, 4096, 32, 11008), "LLaMA-7B", 6_738_415_616),
     ]
 
 
-def _gpt2_parameters(vocab_size: int, context_length: int, d_model: int, n_layers: int) -> int:
-    config = GPTConfig(
-        vocab_size=vocab_size, context_length=context_length, d_model=d_model, n_layers=n_layers, n_heads=1
-    )
-    return parameter_formula(config)["total"]
+@exercise(
+    "rms-norm",
+    hint=[
+        "feed the buggy function a batch (B, T, C) with B > 1: over which dimension does it average?",
+        "dim=1 is the last dimension of a (T, C) input but the TOKENS of a (B, T, C) one: each vector must be "
+        "normalised over its own features, dim=-1",
+        "then x / sqrt(mean(x ** 2) + eps) * weight, eps inside the square root",
+    ],
+    bans=("torch.nn.functional.rms_norm", "torch.rms_norm", "course_lib.layers.RMSNorm"),
+)
+def _rms_norm_cases() -> list[Case]:
+    g = _seeded(6)
+
+    def answer(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+
+    inputs = [
+        ((torch.tensor([[3.0, 4.0]]), torch.ones(2), 0.0), "one vector: divided by its RMS, sqrt(12.5)"),
+        ((torch.randn(5, 4, generator=g), torch.randn(4, generator=g), 1e-6), "(T, C) with weights"),
+        ((torch.randn(2, 3, 8, generator=g) * 3, torch.randn(8, generator=g), 1e-6), "(B, T, C)"),
+        ((torch.full((1, 4), 1e-3), torch.ones(4), 1e-6), "a tiny vector: eps matters"),
+    ]
+    return [Case(args, note, answer(*args)) for args, note in inputs]
 
 
 @exercise(
-    "gpt2-parameters",
-    reference=_gpt2_parameters,
-    hint="token embedding V*C + position embedding T*C + per layer (12*C*C + 13*C: QKV, output, "
-    "two FFN matrices with 4*C hidden, their biases, two LayerNorms) + final LayerNorm 2*C; "
-    "the LM head is tied to the token embedding, so it adds nothing",
+    "residual-std",
+    hint=[
+        "what happens to the variance when you add two independent random variables?",
+        "variances of independent terms add: the stream's variance is 1 plus one branch_std ** 2 per branch, "
+        "and a block has two branches (attention and feed-forward)",
+    ],
 )
-def _gpt2_parameter_cases() -> list[Case]:
+def _residual_std_cases() -> list[Case]:
     return [
-        Case((50257, 1024, 768, 12), "GPT-2 small"),
-        Case((50257, 1024, 1024, 24), "GPT-2 medium"),
-        Case((100, 16, 8, 1), "a toy model"),
+        Case((0, 1.0), "no blocks: the embeddings' std", 1.0),
+        Case((1, 1.0), "one block, two branches of std 1", math.sqrt(3)),
+        Case((12, 0.5), "12 blocks, branches of std 0.5", math.sqrt(7)),
+    ]
+
+
+@exercise(
+    "dead-fraction",
+    hint=[
+        "a unit is one feature (the last dimension); it is dead when it is <= 0 at every position",
+        "flatten every leading dimension into one, so that each column is one unit, then ask of each column "
+        "whether all its entries are <= 0",
+        "the answer is the share of such columns, a float; usual mistakes: the share of entries <= 0, "
+        "< 0 instead of <= 0, the rows instead of the columns",
+    ],
+)
+def _dead_fraction_cases() -> list[Case]:
+    return [
+        Case((torch.tensor([[1.0, -1.0, 0.0], [2.0, -3.0, 0.0]]),), "two dead units of three (0 counts)", 2 / 3),
+        Case((torch.tensor([[-1.0, 2.0], [-1.0, -2.0]]),), "one unit fires once: alive", 0.5),
+        Case((torch.tensor([[[-1.0, 1.0], [-2.0, -1.0]], [[-3.0, -1.0], [-1.0, -1.0]]]),), "(B, T, hidden)", 0.5),
     ]
 
 
 # == 08 · Pretraining ======================================================================
 
 
-def _lr_schedule(step: int, max_lr: float, min_lr: float, warmup_steps: int, total_steps: int) -> float:
-    config = TrainConfig(steps=total_steps, lr=max_lr, min_lr=min_lr, warmup_steps=warmup_steps)
-    return lr_at(step, config)
-
-
 @exercise(
-    "lr-schedule",
-    reference=_lr_schedule,
-    hint="steps 0..warmup-1 climb linearly to max_lr: max_lr * (step + 1) / warmup_steps; then "
-    "progress = (step - warmup) / (total - warmup) and lr = min_lr + (max_lr - min_lr) * "
-    "(1 + cos(pi * progress)) / 2",
+    "lr-from-zero",
+    hint=[
+        "three pieces: before warmup_steps, between warmup_steps and total_steps, after; where is step 0?",
+        "the warmup is a straight line through (0, 0) and (warmup_steps, max_lr); the cosine's progress runs "
+        "from 0 at warmup_steps to 1 at total_steps, and (1 + cos(pi * progress)) / 2 goes from 1 to 0",
+        "after total_steps the rate stays at min_lr; usual mistakes: the warmup of the chapter (step + 1), "
+        "the cosine counted from step 0, decaying to 0 instead of min_lr",
+    ],
 )
-def _lr_schedule_cases() -> list[Case]:
+def _lr_from_zero_cases() -> list[Case]:
     return [
-        Case((0, 1e-3, 1e-4, 10, 110), "the first warmup step: 1/10 of the peak"),
-        Case((4, 1e-3, 1e-4, 10, 110), "warmup step 5 of 10"),
-        Case((9, 1e-3, 1e-4, 10, 110), "the last warmup step reaches the peak"),
-        Case((60, 1e-3, 1e-4, 10, 110), "half way down the cosine"),
-        Case((110, 1e-3, 1e-4, 10, 110), "the end: min_lr"),
-        Case((25, 6e-4, 0.0, 0, 100), "no warmup, a quarter of the way"),
+        Case((0, 1e-3, 1e-4, 10, 110), "step 0: nothing yet", 0.0),
+        Case((5, 1e-3, 1e-4, 10, 110), "half way up", 5e-4),
+        Case((60, 1e-3, 1e-4, 10, 110), "half way down the cosine", 5.5e-4),
+        Case((200, 1e-3, 1e-4, 10, 110), "after the end: min_lr", 1e-4),
     ]
 
 
-def _clip_grad_norm(grads: list[torch.Tensor], max_norm: float) -> tuple[torch.Tensor, ...]:
-    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads]
-    for p, g in zip(params, grads):
-        p.grad = g.clone()
-    torch.nn.utils.clip_grad_norm_(params, max_norm)
-    return tuple(p.grad for p in params)
+@exercise(
+    "adamw-first-step",
+    hint=[
+        "on the first step Adam's averages hold one gradient each: what are m-hat and v-hat after bias correction?",
+        "after bias correction m-hat is g itself and v-hat is g squared: what is m-hat / (sqrt(v-hat) + eps)?",
+        "AdamW's decay is applied to the weight itself, by the factor 1 - lr * weight_decay, besides the Adam "
+        "step; a zero gradient gives no Adam step at all",
+    ],
+    bans=("torch.optim.AdamW", "torch.optim.Adam", "torch.optim.adamw.adamw", "course_lib.training.make_optimizer"),
+)
+def _adamw_cases() -> list[Case]:
+    return [
+        Case((torch.tensor([1.0, -2.0]), torch.tensor([0.5, -30.0]), 0.1, 0.0), "no decay: every weight moves lr",
+             torch.tensor([0.9, -1.9])),
+        Case((torch.tensor([1.0, -2.0]), torch.tensor([1e-3, 4.0]), 0.01, 0.1), "with weight decay",
+             torch.tensor([0.989, -2.008])),
+        Case((torch.tensor([3.0]), torch.tensor([0.0]), 0.1, 0.5), "a zero gradient: the decay alone",
+             torch.tensor([2.85])),
+    ]  # fmt: skip
 
 
 @exercise(
-    "clip-grad-norm",
-    reference=_clip_grad_norm,
-    hint="one norm over ALL gradients: sqrt(sum of every squared entry); only if it exceeds "
-    "max_norm, multiply every gradient by max_norm / (norm + 1e-6)",
+    "accumulated-gradient",
+    hint=[
+        "give it two micro-batches of 3 and 1 examples: whose gradient should count more?",
+        "each micro-gradient is a MEAN over its own examples: turn each back into a sum over its examples "
+        "before you average over the whole batch",
+        "the plain mean of the micro-gradients is right only when every micro-batch has the same size",
+    ],
 )
-def _clip_cases() -> list[Case]:
-    g = _seeded(10)
+def _accumulated_gradient_cases() -> list[Case]:
     return [
-        Case(([torch.tensor([3.0, 0.0]), torch.tensor([[0.0], [4.0]])], 1.0), "global norm 5 clipped to 1"),
-        Case(([torch.tensor([0.3, 0.0]), torch.tensor([[0.0], [0.4]])], 1.0), "global norm 0.5: unchanged"),
-        Case(
-            ([torch.randn(4, 3, generator=g) * 10, torch.randn(3, generator=g) * 0.01], 2.0),
-            "one large and one tiny gradient",
-        ),
+        Case(([torch.tensor([1.0]), torch.tensor([3.0])], [1, 1]), "equal sizes: the plain mean", torch.tensor([2.0])),
+        Case(([torch.tensor([1.0, 0.0]), torch.tensor([5.0, 4.0])], [3, 1]), "a short last micro-batch",
+             torch.tensor([2.0, 1.0])),
+        Case(([torch.ones(2, 2), torch.zeros(2, 2), 4 * torch.ones(2, 2)], [2, 4, 2]), "three micro-batches",
+             1.25 * torch.ones(2, 2)),
+    ]  # fmt: skip
+
+
+@exercise(
+    "smoothed-loss",
+    hint=[
+        "an average that forgets: each new value gets weight 1 - beta; where does it start, and what does that do?",
+        "s starts at 0 and s = beta * s + (1 - beta) * x for each value in turn; at first s is pulled towards 0",
+        "divide the t-th average (t = 1, 2, ...) by 1 - beta ** t, as Adam corrects m and v",
+    ],
+)
+def _smoothed_cases() -> list[Case]:
+    return [
+        Case(([2.0, 2.0, 2.0], 0.9), "a constant: the correction keeps it", [2.0, 2.0, 2.0]),
+        Case(([1.0, 3.0], 0.5), "two values", [1.0, 7 / 3]),
+        Case(([4.0, 0.0, 4.0], 0.0), "beta 0: the values themselves", [4.0, 0.0, 4.0]),
     ]
 
 
@@ -778,40 +977,93 @@ def _clip_cases() -> list[Case]:
 
 
 def _example_logits() -> tuple[torch.Tensor, torch.Tensor]:
-    """One readable row of 5 logits, and a batch of 3 random rows; shared by top-k and top-p."""
+    """One readable row of 5 logits, and a batch of 3 random rows; shared by the filters' cases."""
     g = _seeded(11)
     return torch.tensor([[2.0, -1.0, 0.5, 3.0, 1.0]]), torch.randn(3, 10, generator=g) * 2
 
 
+def _nucleus(logits: torch.Tensor, p: float, keep: int) -> torch.Tensor:
+    """The expected answer of a top-p case: the nucleus, or the ``keep`` most likely tokens if more."""
+    probs, order = torch.softmax(logits, dim=-1).sort(dim=-1, descending=True)  # (B, V)
+    rank = torch.arange(logits.shape[-1])  # (V,)
+    drop_sorted = (probs.cumsum(-1) - probs >= p) & (rank >= keep)  # (B, V)
+    return logits.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
+
+
 @exercise(
-    "top-k",
-    reference=lambda logits, k: filter_logits(logits, top_k=k),
-    hint="the k-th largest logit of each row is torch.topk(logits, k).values[:, -1:]; set every "
-    "logit strictly below it to -inf (not 0: softmax must give those tokens probability 0)",
+    "top-p-min-keep",
+    hint=[
+        "start from the nucleus of the chapter; when is it smaller than min_tokens_to_keep?",
+        "in sorted order a token stays if the probability before it is below p OR its rank (0, 1, ...) is "
+        "below min_tokens_to_keep; the rest become -inf",
+        "decide on the sorted row, then carry the decision back to vocabulary order; usual mistakes: the "
+        "nucleus counted with the token's own probability, the minimum ignored or off by one",
+    ],
+    bans=("course_lib.generation.filter_logits",),
 )
-def _top_k_cases() -> list[Case]:
+def _top_p_min_keep_cases() -> list[Case]:
     small, batch = _example_logits()
+    inputs = [
+        ((small, 0.5, 1), "min 1: the nucleus alone"),
+        ((small, 0.5, 3), "a small nucleus, three tokens kept"),
+        ((small, 0.99, 2), "a nucleus larger than the minimum"),
+        ((batch, 0.3, 2), "a batch of 3 rows"),
+    ]
+    return [Case(args, note, _nucleus(*args)) for args, note in inputs]
+
+
+@exercise(
+    "min-p",
+    hint=[
+        "the threshold moves with the most likely token: compute it per row",
+        "work with probabilities, not logits, and compare each with min_p times its own row's largest",
+        "-inf for the others, the kept logits unchanged; usual mistakes: a threshold on the logits themselves, "
+        "one maximum for the whole batch",
+    ],
+)
+def _min_p_cases() -> list[Case]:
+    small, batch = _example_logits()
+
+    def answer(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+        probs = torch.softmax(logits, dim=-1)
+        return logits.masked_fill(probs < min_p * probs.amax(-1, keepdim=True), float("-inf"))
+
+    inputs = [((small, 0.1), "min_p 0.1"), ((small, 0.5), "min_p 0.5"), ((batch, 0.2), "a batch of 3 rows")]
+    return [Case(args, note, answer(*args)) for args, note in inputs]
+
+
+@exercise(
+    "repetition-penalty",
+    hint=[
+        "try the buggy function on a negative logit, and on a token that appears twice in previous",
+        "dividing a negative logit by 1.3 RAISES it: a negative logit must be multiplied by the penalty",
+        "each distinct previous token is penalised once, however often it occurred (a set)",
+    ],
+)
+def _penalty_cases() -> list[Case]:
+    logits = torch.tensor([2.0, -1.0, 0.5, 3.0])
     return [
-        Case((small, 2), "keep 2 of 5"),
-        Case((small, 5), "k = V keeps everything"),
-        Case((batch, 3), "a batch of 3 rows"),
+        Case((logits, [3], 2.0), "one positive logit", torch.tensor([2.0, -1.0, 0.5, 1.5])),
+        Case((logits, [1, 2], 2.0), "a negative logit goes down", torch.tensor([2.0, -2.0, 0.25, 3.0])),
+        Case((logits, [0, 0, 0], 2.0), "a token seen three times: once", torch.tensor([1.0, -1.0, 0.5, 3.0])),
     ]
 
 
 @exercise(
-    "top-p",
-    reference=lambda logits, p: filter_logits(logits, top_p=p),
-    hint="sort each row's probabilities in decreasing order; keep a token while the probability "
-    "of the tokens BEFORE it is still below p (so the first always stays); -inf for the rest, "
-    "in the original order",
+    "distinct-n",
+    hint=[
+        "list every run of n consecutive tokens; how many are there, and how many differ?",
+        "the n-grams overlap: one starts at every position that leaves room for n tokens; a set counts the "
+        "distinct ones",
+        "the answer is len(set) / number of n-grams, a float",
+    ],
 )
-def _top_p_cases() -> list[Case]:
-    small, batch = _example_logits()
+def _distinct_cases() -> list[Case]:
     return [
-        Case((small, 0.5), "p = 0.5"),
-        Case((small, 0.9), "p = 0.9"),
-        Case((small, 0.05), "a tiny p still keeps the most likely token"),
-        Case((batch, 0.7), "a batch of 3 rows"),
+        Case(([1, 2, 3, 4], 2), "no repetition", 1.0),
+        Case(([5, 5, 5, 5], 1), "one token four times", 0.25),
+        Case(([1, 2, 1, 2, 1], 2), "a two-token loop", 0.5),
+        Case(([1, 2, 2, 1, 1, 2], 2), "overlapping bigrams: (1, 2) twice", 0.8),
     ]
 
 

@@ -15,8 +15,24 @@ import torch.nn.functional as F
 
 from course_lib import exercises
 from course_lib.exercises import EXERCISES, BannedFunction, Case, banned, check, exercise
+from course_lib.generation import filter_logits
 from course_lib.grading import solutions
-from course_lib.grading.solutions import chunk_pair_counts, trigram_counts, unk_rate
+from course_lib.grading.solutions import (
+    chunk_pair_counts,
+    left_padded_mask,
+    llama_parameters,
+    local_causal_mask,
+    lr_from_zero,
+    min_p,
+    nearest_tokens,
+    padded_windows,
+    repetition_penalty,
+    smoothed_loss,
+    split_windows,
+    top_p_min_keep,
+    trigram_counts,
+    unk_rate,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,32 +137,52 @@ MISTAKES["unk-rate"] = [
 # == 02 · Embeddings and training data =====================================================
 
 
-def sliding_windows(ids, context_length, stride):
-    ids = torch.tensor(ids)
-    starts = range(0, len(ids) - context_length, stride)
-    x = torch.stack([ids[s : s + context_length] for s in starts])
-    y = torch.stack([ids[s + 1 : s + context_length + 1] for s in starts])
-    return x, y
+def without_short_window(ids, c, pad):
+    inputs, targets = padded_windows(ids, c, pad)
+    return (inputs[:-1], targets[:-1]) if (len(ids) - 1) % c else (inputs, targets)
 
 
-SOLUTIONS["sliding-windows"] = sliding_windows
-MISTAKES["sliding-windows"] = [
-    lambda ids, c, s: (sliding_windows(ids, c, s)[0], sliding_windows(ids, c, s)[0]),  # target not shifted
-    lambda ids, c, s: sliding_windows(ids, c, 1),  # ignores the stride
-    lambda ids, c, s: tuple(t[:-1] for t in sliding_windows(ids, c, s)),  # drops the last window
+MISTAKES["padded-windows"] = [
+    without_short_window,
+    lambda ids, c, pad: tuple(t.masked_fill(t == -100, pad) for t in padded_windows(ids, c, pad)),  # pads targets
+    lambda ids, c, pad: tuple(t.roll(-1, 0) for t in padded_windows(ids, c, pad)),  # windows out of order
+]
+
+MISTAKES["embedding-grad"] = [
+    lambda w, ids: 2 * w * (torch.bincount(ids.flatten(), minlength=w.shape[0]) > 0)[:, None],  # once per row
+    lambda w, ids: torch.bincount(ids.flatten(), minlength=w.shape[0])[:, None] * w,  # forgets the 2
+    lambda w, ids: 2 * w,  # every row, looked up or not
 ]
 
 
-def one_hot_embedding(ids, weight):
-    return F.one_hot(ids, weight.shape[0]).float() @ weight
+def leaky_split(ids, c, stride, val_fraction):  # the function the exercise shows, seed 0
+    starts = range(0, len(ids) - c, stride)
+    x = torch.stack([ids[s : s + c] for s in starts])
+    y = torch.stack([ids[s + 1 : s + c + 1] for s in starts])
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+    n_val = int(len(x) * val_fraction)
+    val, train = order[:n_val], order[n_val:]
+    return x[train], y[train], x[val], y[val]
 
 
-SOLUTIONS["one-hot-embedding"] = one_hot_embedding
-MISTAKES["one-hot-embedding"] = [
-    lambda ids, w: w[:, ids].T,  # picks columns instead of rows
-    lambda ids, w: w[: ids.numel()].reshape(*ids.shape, -1),  # rows in order, not by id
-    lambda ids, w: F.one_hot(ids, w.shape[0]).float(),  # forgot the matmul
-]
+MISTAKES["split-windows"] = [
+    leaky_split,
+    lambda ids, c, s, f: split_windows(ids, c, c, f),  # ignores the stride
+    lambda ids, c, s, f: split_windows(ids.flip(0), c, s, 1 - f)[2:] + split_windows(ids.flip(0), c, s, 1 - f)[:2],
+]  # the last: validation first
+
+
+def nearest_by_dot(weight, token, k):
+    scores = weight @ weight[token]
+    scores[token] = float("-inf")
+    return scores.topk(k).indices.tolist()
+
+
+MISTAKES["nearest-tokens"] = [
+    lambda w, t, k: [t] + nearest_tokens(w, t, k)[: k - 1],
+    nearest_by_dot,
+    lambda w, t, k: nearest_tokens(w, t, w.shape[0] - 1)[::-1][:k],
+]  # itself first; a plain dot product; the least similar
 
 
 # == 03 · The MLP language model ===========================================================
@@ -181,63 +217,80 @@ MISTAKES["context-windows"] = [
 # == 04 · Self-attention ===================================================================
 
 
-def attention(q, k, v):
-    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
-    return torch.softmax(scores, dim=-1) @ v
+def linear_weights(q, k, phi=lambda x: F.elu(x) + 1):
+    w = phi(q) @ phi(k).transpose(-2, -1)
+    return w / w.sum(-1, keepdim=True)
 
 
-SOLUTIONS["attention"] = attention
-MISTAKES["attention"] = [
-    lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v,  # no scaling
-    lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -2) @ v,  # softmax over queries
-    lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1], -1) @ v,  # divides by d, not sqrt(d)
+MISTAKES["linear-attention"] = [
+    lambda q, k, v: (F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-2, -1) @ v,  # no denominator
+    lambda q, k, v: linear_weights(q, k, phi=lambda x: x.exp()) @ v,  # exp: softmax attention again
+    lambda q, k, v: linear_weights(q / q.shape[-1] ** 0.25, k / q.shape[-1] ** 0.25) @ v,  # scaled as softmax's
+    lambda q, k, v: linear_weights(q, k) @ (F.elu(v) + 1),  # phi on the values
+    lambda q, k, v: F.scaled_dot_product_attention(q, k, v),  # banned
+]
+
+MISTAKES["score-scale"] = [
+    lambda d, vq, vk: math.sqrt(d),  # ignores the variances
+    lambda d, vq, vk: d * vq * vk,  # the variance, not its square root
+    lambda d, vq, vk: math.sqrt(d * (vq + vk)),  # adds the variances
 ]
 
 
-def causal_softmax(scores):
-    T = scores.shape[-1]
-    future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
-    return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+def pool_over_batch(x, query):  # the function the exercise shows
+    weights = torch.softmax(x @ query / math.sqrt(x.shape[-1]), dim=0)
+    return (weights.unsqueeze(-1) * x).sum(dim=1)
 
 
-SOLUTIONS["causal-softmax"] = causal_softmax
-MISTAKES["causal-softmax"] = [
-    lambda s: torch.softmax(s, -1) * torch.tril(torch.ones(s.shape[-2:])),  # masks after softmax, no renormalisation
-    lambda s: torch.softmax(
-        s.masked_fill(torch.tril(torch.ones(s.shape[-2:], dtype=torch.bool)), float("-inf")), -1
-    ),  # wrong triangle
-    lambda s: torch.softmax(
-        s.masked_fill(torch.triu(torch.ones(s.shape[-2:], dtype=torch.bool), 1), 0.0), -1
-    ),  # fills 0, not -inf
+MISTAKES["attention-pool"] = [
+    pool_over_batch,
+    lambda x, query: x.mean(dim=1),  # no attention at all
+    lambda x, query: (torch.softmax(x @ query, dim=-1).unsqueeze(-1) * x).sum(dim=1),  # no sqrt(d)
 ]
+
+MISTAKES["attention-entropy"] = [
+    lambda w: -(w * w.log()).sum(-1).mean().item(),  # nan where a weight is 0
+    lambda w: -(w * (w + 1e-3).log()).sum(-1).mean().item(),  # an epsilon that moves every answer
+    lambda w: -(w * w.clamp_min(1e-30).log()).sum(-1).mean().item() / math.log(w.shape[-1]) if w.shape[-1] > 1 else 0.0,
+    lambda w: -(w * w.clamp_min(1e-30).log()).sum().item(),  # the sum over rows, not the mean
+]  # the third: normalised by log T
 
 
 # == 05 · Causal masking and multi-head attention ==========================================
 
 
-def split_heads(x, n_heads):
-    B, T, C = x.shape
-    return x.reshape(B, T, n_heads, C // n_heads).permute(0, 2, 1, 3)
-
-
-SOLUTIONS["split-heads"] = split_heads
-MISTAKES["split-heads"] = [
-    lambda x, h: x.view(x.shape[0], h, x.shape[1], -1),  # view without transpose
-    lambda x, h: x.view(x.shape[0], x.shape[1], h, -1),  # forgot the transpose
-    lambda x, h: x.view(x.shape[0], x.shape[1], -1, h).permute(0, 3, 1, 2),  # heads interleaved
+MISTAKES["local-causal-mask"] = [
+    lambda T, w: local_causal_mask(T, w + 1),  # i - j <= window
+    lambda T, w: (torch.arange(T)[:, None] - torch.arange(T)[None, :]).abs() < w,  # both sides
+    lambda T, w: local_causal_mask(T, w).T,  # the upper triangle
 ]
 
 
-def merge_heads(x):
-    B, H, T, D = x.shape
-    return x.permute(0, 2, 1, 3).contiguous().view(B, T, H * D)
+def buggy_left_padded_mask(lengths, T):  # the function the exercise shows
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    real = torch.arange(T) < lengths[:, None]
+    return causal & real[:, None, :]
 
 
-SOLUTIONS["merge-heads"] = merge_heads
-MISTAKES["merge-heads"] = [
-    lambda x: x.reshape(x.shape[0], x.shape[2], -1),  # no transpose
-    lambda x: x.transpose(1, 2)[:, :, 0],  # keeps only the first head
-    lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1),  # channels interleaved
+MISTAKES["left-padded-mask"] = [
+    buggy_left_padded_mask,
+    lambda lengths, T: left_padded_mask(lengths, T) & (torch.arange(T) >= (T - lengths)[:, None])[:, :, None],
+    lambda lengths, T: torch.tril(torch.ones(T, T, dtype=torch.bool)).expand(len(lengths), T, T),  # no padding
+    lambda lengths, T: (
+        torch.tril(torch.ones(T, T, dtype=torch.bool)) & (torch.arange(T) >= (T - lengths)[:, None])[:, None, :]
+    ),  # empty rows for the padding queries
+]  # the second: padding queries see nothing, not even themselves
+
+MISTAKES["mha-parameters"] = [
+    lambda C, H: 4 * C * C,  # no biases
+    lambda C, H: H * 3 * (C * C + C) + C * C + C,  # each head as wide as the model
+    lambda C, H: 3 * (C * C + C),  # forgets the output projection
+]
+
+MISTAKES["previous-token-score"] = [
+    lambda w: torch.diagonal(w, offset=1, dim1=-2, dim2=-1).mean(-1),  # the next token
+    lambda w: torch.diagonal(w, dim1=-2, dim2=-1).mean(-1),  # itself
+    lambda w: torch.diagonal(w, offset=-1, dim1=-2, dim2=-1).sum(-1) / w.shape[-1],  # divides by T
 ]
 
 
@@ -289,118 +342,126 @@ MISTAKES["rope"] = [
 # == 07 · The transformer block and the GPT model ==========================================
 
 
-def layer_norm(x, weight, bias, eps):
-    mean = x.mean(-1, keepdim=True)
-    var = ((x - mean) ** 2).mean(-1, keepdim=True)
-    return (x - mean) / torch.sqrt(var + eps) * weight + bias
-
-
-SOLUTIONS["layer-norm"] = layer_norm
-MISTAKES["layer-norm"] = [
-    lambda x, w, b, eps: (
-        (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + eps) * w + b
-    ),  # unbiased variance
-    lambda x, w, b, eps: (
-        (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True, unbiased=False) + eps) * w + b
-    ),  # eps outside the sqrt
-    lambda x, w, b, eps: (
-        (x - x.mean(0, keepdim=True)) / torch.sqrt(x.var(0, keepdim=True, unbiased=False) + eps) * w + b
-    ),  # over the batch
+MISTAKES["llama-parameters"] = [
+    lambda V, C, L, h: llama_parameters(V, C, L, h) - V * C,  # a tied head
+    lambda V, C, L, h: llama_parameters(V, C, L, h) + L * (4 * C + 3 * h + C) + L * 2 * C,  # biases and shifts
+    lambda V, C, L, h: llama_parameters(V, C, L, h) - 3 * C * h * L + 8 * C * C * L,  # GPT-2's 4C MLP
 ]
 
 
-def gpt2_parameters(V, T, C, L):
-    return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+def rms_over_dim_1(x, weight, eps):  # the function the exercise shows
+    return x / torch.sqrt(x.pow(2).mean(dim=1, keepdim=True) + eps) * weight
 
 
-SOLUTIONS["gpt2-parameters"] = gpt2_parameters
-MISTAKES["gpt2-parameters"] = [
-    lambda V, T, C, L: gpt2_parameters(V, T, C, L) + V * C,  # counts the tied head twice
-    lambda V, T, C, L: gpt2_parameters(V, T, C, L) - T * C,  # forgets positions
-    lambda V, T, C, L: V * C + T * C + L * 12 * C * C,  # forgets biases and norms
+MISTAKES["rms-norm"] = [
+    rms_over_dim_1,
+    lambda x, w, eps: x / torch.sqrt(x.pow(2).sum(dim=-1, keepdim=True) + eps) * w,  # the sum, not the mean
+    lambda x, w, eps: (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps) * w,
+    lambda x, w, eps: torch.nn.functional.rms_norm(x, w.shape, w, eps),  # banned
+]  # the third: a LayerNorm
+
+MISTAKES["residual-std"] = [
+    lambda L, s: math.sqrt(1 + L * s**2),  # one branch a block
+    lambda L, s: 1 + 2 * L * s,  # adds standard deviations
+    lambda L, s: math.sqrt(2 * L) * s,  # forgets the embeddings
+]
+
+MISTAKES["dead-fraction"] = [
+    lambda h: (h <= 0).float().mean().item(),  # the share of entries, not of units
+    lambda h: (h.reshape(-1, h.shape[-1]) < 0).all(0).float().mean().item(),  # 0 counted as alive
+    lambda h: (h.reshape(-1, h.shape[-1]) <= 0).all(1).float().mean().item(),  # positions, not units
 ]
 
 
 # == 08 · Pretraining ======================================================================
 
 
-def lr_schedule(step, max_lr, min_lr, warmup, total):
-    if step < warmup:
-        return max_lr * (step + 1) / warmup
-    progress = (step - warmup) / (total - warmup)
-    return min_lr + (max_lr - min_lr) * (1 + math.cos(math.pi * progress)) / 2
+def cosine_from_step_zero(s, hi, lo, w, t):
+    if s < w:
+        return hi * s / w
+    return lo + (hi - lo) * (1 + math.cos(math.pi * min(s, t) / t)) / 2
 
 
-SOLUTIONS["lr-schedule"] = lr_schedule
-MISTAKES["lr-schedule"] = [
-    lambda s, hi, lo, w, t: hi * s / w if s < w else lr_schedule(s, hi, lo, w, t),  # warmup starts at 0
-    lambda s, hi, lo, w, t: lr_schedule(s, hi, 0.0, w, t),  # decays to 0, not min_lr
-    lambda s, hi, lo, w, t: (
-        lr_schedule(s, hi, lo, w, t) if s < w else lo + (hi - lo) * (1 + math.cos(math.pi * s / t)) / 2
-    ),  # cosine ignores warmup
+MISTAKES["lr-from-zero"] = [
+    lambda s, hi, lo, w, t: hi * (s + 1) / w if s < w else lr_from_zero(s, hi, lo, w, t),  # the chapter's warmup
+    lambda s, hi, lo, w, t: lr_from_zero(s, hi, 0.0, w, t),  # decays to 0
+    cosine_from_step_zero,
 ]
 
 
-def clip_grad_norm(grads, max_norm):
-    norm = math.sqrt(sum(float((g**2).sum()) for g in grads))
-    scale = max_norm / (norm + 1e-6) if norm > max_norm else 1.0
-    return [g * scale for g in grads]
+def adamw_by_torch(w, g, lr, weight_decay):
+    p = torch.nn.Parameter(w.clone())
+    p.grad = g.clone()
+    torch.optim.AdamW([p], lr=lr, weight_decay=weight_decay).step()
+    return p.detach()
 
 
-SOLUTIONS["clip-grad-norm"] = clip_grad_norm
-MISTAKES["clip-grad-norm"] = [
-    lambda gs, m: [g * min(1.0, m / (float(g.norm()) + 1e-6)) for g in gs],  # each tensor on its own
-    lambda gs, m: [g * m / math.sqrt(sum(float((x**2).sum()) for x in gs)) for g in gs],  # always rescales
-    lambda gs, m: [g * min(1.0, m / sum(float(x.norm()) for x in gs)) for g in gs],  # sum of norms
+MISTAKES["adamw-first-step"] = [
+    lambda w, g, lr, wd: w * (1 - lr * wd) - lr * g,  # SGD: the step scales with the gradient
+    lambda w, g, lr, wd: w - lr * (g + wd * w) / ((g + wd * w).abs() + 1e-8),  # L2 in the gradient: Adam, not AdamW
+    lambda w, g, lr, wd: w - lr * wd * w - lr * g / (g.abs() + 1e-8) * (1 - 0.9),  # m without bias correction
+    adamw_by_torch,  # right, but banned
+]
+
+MISTAKES["accumulated-gradient"] = [
+    lambda grads, sizes: sum(grads) / len(grads),  # the plain mean: the function the exercise shows
+    lambda grads, sizes: sum(grads),  # the sum: k times too large
+    lambda grads, sizes: sum(n * g for n, g in zip(sizes, grads)) / len(grads),  # weighted, divided by k
+]
+
+
+def smoothed_without_correction(values, beta):
+    s, out = 0.0, []
+    for x in values:
+        s = beta * s + (1 - beta) * x
+        out.append(s)
+    return out
+
+
+MISTAKES["smoothed-loss"] = [
+    smoothed_without_correction,
+    lambda values, beta: smoothed_loss(values, 1 - beta),  # beta on the new value
+    lambda values, beta: [sum(values[: t + 1]) / (t + 1) for t in range(len(values))],  # a running mean
 ]
 
 
 # == 09 · Generating text ==================================================================
 
 
-def top_k(logits, k):
-    kth = torch.topk(logits, k).values[:, -1:]
-    return logits.masked_fill(logits < kth, float("-inf"))
+MISTAKES["top-p-min-keep"] = [
+    lambda logits, p, keep: top_p_min_keep(logits, p, 1),  # ignores min_tokens_to_keep
+    lambda logits, p, keep: top_p_min_keep(logits, 1.0, keep) if keep > 1 else top_p_min_keep(logits, p, 1),
+    lambda logits, p, keep: top_p_min_keep(logits, p, keep - 1),  # keeps one too few
+    lambda logits, p, keep: filter_logits(logits, top_p=p),  # banned
+]  # the second: min_tokens_to_keep > 1 keeps everything
 
-
-SOLUTIONS["top-k"] = top_k
-MISTAKES["top-k"] = [
-    lambda logits, k: logits.masked_fill(logits < torch.topk(logits, k).values[:, -1:], 0.0),  # 0, not -inf
-    lambda logits, k: logits.masked_fill(logits <= torch.topk(logits, k).values[:, -1:], float("-inf")),  # keeps k - 1
-    lambda logits, k: torch.topk(logits, k).values,  # returns the k values, positions lost
+MISTAKES["min-p"] = [
+    lambda logits, m: logits.masked_fill(logits < m * logits.amax(-1, keepdim=True), float("-inf")),  # on logits
+    lambda logits, m: min_p(logits.flatten()[None], m).view_as(logits),  # one maximum for the batch
+    lambda logits, m: logits.masked_fill(torch.softmax(logits, -1) < m, float("-inf")),  # absolute threshold
 ]
 
 
-def top_p(logits, p):
-    out = torch.full_like(logits, float("-inf"))
-    for row in range(logits.shape[0]):
-        probs, order = torch.softmax(logits[row], -1).sort(descending=True)
-        before = 0.0
-        for prob, i in zip(probs.tolist(), order.tolist()):
-            if before >= p:
-                break
-            out[row, i] = logits[row, i]
-            before += prob
-    return out
+def buggy_repetition_penalty(logits, previous, penalty):  # the function the exercise shows
+    logits = logits.clone()
+    for token in previous:
+        logits[token] = logits[token] / penalty
+    return logits
 
 
-def top_p_inclusive(logits, p):
-    probs, order = torch.softmax(logits, -1).sort(-1, descending=True)
-    drop = (probs.cumsum(-1) > p).scatter(-1, order, probs.cumsum(-1) > p)
-    return logits.masked_fill(drop, float("-inf"))
+MISTAKES["repetition-penalty"] = [
+    buggy_repetition_penalty,
+    lambda logits, prev, pen: buggy_repetition_penalty(logits, set(prev), pen),  # the sign still wrong
+    lambda logits, prev, pen: repetition_penalty(repetition_penalty(logits, prev, pen), prev[1:], pen),
+]  # the last: penalises a repeat again
 
-
-def top_p_unsorted(logits, p):
-    probs = torch.softmax(logits, -1)
-    return logits.masked_fill(probs.cumsum(-1) - probs >= p, float("-inf"))
-
-
-SOLUTIONS["top-p"] = top_p
-MISTAKES["top-p"] = [
-    lambda logits, p: top_p_inclusive(logits, p),  # drops the token that crosses p
-    lambda logits, p: logits.masked_fill(torch.softmax(logits, -1) < 1 - p, float("-inf")),  # a threshold, not a set
-    lambda logits, p: top_p_unsorted(logits, p),  # accumulates in vocabulary order
-]
+MISTAKES["distinct-n"] = [
+    lambda tokens, n: len(set(tokens)) / len(tokens),  # distinct tokens, not n-grams
+    lambda tokens, n: len({tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}) / len(tokens),
+    lambda tokens, n: (
+        len({tuple(tokens[i : i + n]) for i in range(0, len(tokens) - n + 1, n)}) / max(1, len(tokens) // n)
+    ),
+]  # divided by the tokens; n-grams that do not overlap
 
 
 # == 10 · Fine-tuning for classification ===================================================
@@ -635,8 +696,15 @@ def test_every_exercise_without_a_reference_answers_each_case_itself():
             assert all(c.expected is not exercises._FROM_REFERENCE for c in ex.cases()), name
 
 
+def test_the_adamw_prediction_is_what_torch_does():
+    g = torch.Generator().manual_seed(0)
+    for lr, wd in [(1e-3, 0.1), (0.5, 0.0), (3e-4, 1.0)]:
+        w, grad = torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g) * 10
+        assert torch.allclose(SOLUTIONS["adamw-first-step"](w, grad, lr, wd), adamw_by_torch(w, grad, lr, wd))
+
+
 def test_unknown_exercise_lists_the_known_ones():
-    with pytest.raises(KeyError, match="known exercises: accumulated-grad, addition-checker"):
+    with pytest.raises(KeyError, match="known exercises: accumulated-grad, accumulated-gradient, adamw-first-step"):
         check("no-such-exercise", lambda: None)
 
 
@@ -659,7 +727,7 @@ def test_every_solution_is_shown_to_an_instructor():
     for name in EXERCISES:
         assert solutions.show(name).strip(), name
     assert "def trigram_counts(" in solutions.show("trigram-counts")
-    assert "filter_logits" in solutions.show("top-k")  # an exercise shown by its reference
+    assert "dpo_loss" in solutions.show("dpo-loss")  # an exercise shown by its reference
 
 
 # == 13 · Learning from preferences and rewards ============================================

@@ -76,11 +76,11 @@ def test_each_typical_mistake_fails_a_hidden_case(name, k):
 
 
 def test_answers_are_built_from_the_references_before_any_student_code():
-    answers = Answers.build(["attention"], HIDDEN)
-    cases = answers.cases["attention"]
-    assert [c.hidden for c in cases] == [False] * 3 + [True] * len(HIDDEN["attention"]())
-    assert len(answers.inputs["attention"]) == len(cases)
-    assert answers.inputs["attention"][0][0] is not EXERCISES["attention"].cases()[0].args[0]
+    answers = Answers.build(["linear-attention"], HIDDEN)
+    cases = answers.cases["linear-attention"]
+    assert [c.hidden for c in cases] == [False] * 3 + [True] * len(HIDDEN["linear-attention"]())
+    assert len(answers.inputs["linear-attention"]) == len(cases)
+    assert answers.inputs["linear-attention"][0][0] is not EXERCISES["linear-attention"].cases()[0].args[0]
 
 
 def test_exported_cases_are_the_demo_set_with_a_new_seed(tmp_path):
@@ -101,10 +101,10 @@ def test_a_cases_file_may_cover_some_exercises_and_must_name_real_ones(tmp_path)
     mine = tmp_path / "cases.py"
     mine.write_text(
         "import torch\nfrom course_lib.exercises import Case\n\n"
-        "HIDDEN = {'attention': lambda: [Case((torch.eye(2), torch.eye(2), torch.ones(2, 1)), 'mine')]}\n"
+        "HIDDEN = {'linear-attention': lambda: [Case((torch.eye(2), torch.eye(2), torch.ones(2, 1)), 'mine')]}\n"
     )
-    answers = Answers.build(["attention", "logsumexp"], load_cases(mine).hidden)
-    assert [c.note for c in answers.cases["attention"] if c.hidden] == ["mine"]
+    answers = Answers.build(["linear-attention", "logsumexp"], load_cases(mine).hidden)
+    assert [c.note for c in answers.cases["linear-attention"] if c.hidden] == ["mine"]
     assert not any(c.hidden for c in answers.cases["logsumexp"])
     mine.write_text("HIDDEN = {'atention': lambda: []}\n")
     with pytest.raises(ValueError, match="'atention'"):
@@ -130,8 +130,8 @@ def test_only_the_cells_the_exercises_depend_on_run():
 
 
 def test_check_calls_are_found_and_left_out():
-    found, code = find_checks('def f(x):\n    return x\n\nprint(check("attention", f))\nx = 1\n')
-    assert found == [("attention", "f")] and "check" not in code and "x = 1" in code
+    found, code = find_checks('def f(x):\n    return x\n\nprint(check("linear-attention", f))\nx = 1\n')
+    assert found == [("linear-attention", "f")] and "check" not in code and "x = 1" in code
     found, code = find_checks('%time y = 2\ncheck("merge", lambda a, b, c: a)\n')
     assert found == [("merge", "lambda a, b, c: a")] and "run_line_magic" in code
 
@@ -189,7 +189,7 @@ def test_the_gradebook_keeps_what_was_graded_from_the_same_file_with_the_same_se
     settings = {"timeout": 60.0, "memory_gb": 6.0, "every_cell": False, "cases": "digest"}
     book = Gradebook(out, [a, b], settings)
     assert book.todo() == [a, b]
-    grade = Grade(str(a), "attention", "passed", 9, 9, "all right")
+    grade = Grade(str(a), "linear-attention", "passed", 9, 9, "all right")
     book.add(a, NotebookReport(str(a), "04_self_attention", [grade], ["a note"], 1.0))
     with open(out / "grades.csv", newline="", encoding="utf-8") as f:
         assert list(csv.DictReader(f)) == [{k: str(v) for k, v in grade.row().items()}]
@@ -207,22 +207,26 @@ def test_the_gradebook_keeps_what_was_graded_from_the_same_file_with_the_same_se
 
 ATTENTION = """\
 def my_attention(q, k, v):
-    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
-    return torch.softmax(scores, dim=-1) @ v
+    weights = (F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-2, -1)
+    return weights / weights.sum(dim=-1, keepdim=True) ** 1.0 @ v
 """
-CAUSAL = """\
-def my_causal_softmax(scores):
-    T = scores.shape[-1]
-    future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
-    return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+POOL = """\
+def my_pool(x, query):
+    weights = torch.softmax(x @ query / x.shape[-1] ** 0.5, dim=-1)
+    return (weights.unsqueeze(-1) * x).sum(dim=1)
 """
-UNSCALED = """\
+UNNORMALISED = """\
 def my_attention(q, k, v):
-    return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+    return (F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-2, -1) @ v
 """
 TWO_D_ONLY = """\
 def my_attention(q, k, v):
-    return torch.softmax(q @ k.T / q.shape[-1] ** 0.5, dim=-1) @ v
+    weights = (F.elu(q) + 1) @ (F.elu(k) + 1).t()
+    return weights / weights.sum(dim=-1, keepdim=True) @ v
+"""
+BANNED = """\
+def my_attention(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v)
 """
 LOOPS = """\
 def my_attention(q, k, v):
@@ -248,7 +252,7 @@ def check(name, fn):
     return True
 
 ex._same = lambda got, expected: True
-ex.EXERCISES["attention"].reference = lambda q, k, v: v
+ex.EXERCISES["linear-attention"].reference = lambda q, k, v: v
 torch.allclose = lambda *args, **kwargs: True
 builtins.print("all tests passed")
 
@@ -292,8 +296,8 @@ class Sneaky(torch.Tensor):
     pass
 
 def my_attention(q, k, v):
-    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
-    return (torch.softmax(scores, dim=-1) @ v).as_subclass(Sneaky)
+    weights = (F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-2, -1)
+    return (weights / weights.sum(dim=-1, keepdim=True) @ v).as_subclass(Sneaky)
 """
 PATCHES_TORCH = """
 import pickle
@@ -333,21 +337,24 @@ def trimmed():
     return nb
 
 
-def student(tmp, filename, attention=None, causal=None, before=(), drop_attention=False):
-    """A student's copy of the trimmed notebook 04: ``attention``/``causal`` replace the body of the
+def student(tmp, filename, attention=None, pool=None, before=(), drop_attention=False):
+    """A student's copy of the trimmed notebook 04: ``attention``/``pool`` replace the body of the
     exercise cells (None keeps the template), ``before`` adds code cells ahead of the exercises."""
     nb = trimmed()
     cells = []
     for cell in nb["cells"]:
         source = "".join(cell["source"])
-        if cell["cell_type"] == "code" and 'check("attention"' in source:
+        if cell["cell_type"] == "code" and 'check("linear-attention"' in source:
             if drop_attention:
                 continue
             cells += [new_cell(c) for c in before]
             if attention is not None:
-                source = f'from course_lib.exercises import check\n\n{attention}\n\ncheck("attention", my_attention)\n'
-        elif cell["cell_type"] == "code" and 'check("causal-softmax"' in source and causal is not None:
-            source = f'{causal}\n\ncheck("causal-softmax", my_causal_softmax)\n'
+                source = f"from course_lib.exercises import check\n\n{attention}\n\n"
+                source += 'check("linear-attention", my_attention)\n'
+        elif cell["cell_type"] == "code" and "check(" in source and 'check("attention-pool"' not in source:
+            continue  # the chapter's other exercises: this class answers two
+        elif cell["cell_type"] == "code" and 'check("attention-pool"' in source and pool is not None:
+            source = f'{pool}\n\ncheck("attention-pool", my_pool)\n'
         cells.append({**copy.deepcopy(cell), "source": source})
     nb["cells"] = cells
     path = tmp / filename
@@ -425,14 +432,15 @@ def graded(tmp_path_factory):
     outside.write_text("the instructor's file")
     work = tmp / "submitted"
     work.mkdir()
-    helper = ATTENTION.replace("** 0.5", "** POWER")  # a name from an earlier cell of the student's
-    student(work, "right.ipynb", helper, CAUSAL, before=["POWER = 0.5"])
-    student(work, "wrong.ipynb", UNSCALED)
-    student(work, "partly.ipynb", TWO_D_ONLY, CAUSAL)
+    helper = ATTENTION.replace("** 1.0", "** POWER")  # a name from an earlier cell of the student's
+    student(work, "right.ipynb", helper, POOL, before=["POWER = 1.0"])
+    student(work, "wrong.ipynb", UNNORMALISED)
+    student(work, "banned.ipynb", BANNED, POOL)
+    student(work, "partly.ipynb", TWO_D_ONLY, POOL)
     student(work, "unattempted.ipynb", drop_attention=True)
-    student(work, "tampering.ipynb", TAMPERING, "def my_causal_softmax(s):\n    return s\n\ncheck = print\n")
-    student(work, "loops.ipynb", LOOPS, CAUSAL)
-    student(work, "stubborn.ipynb", STUBBORN, CAUSAL)
+    student(work, "tampering.ipynb", TAMPERING, "def my_pool(x, query):\n    return x\n\ncheck = print\n")
+    student(work, "loops.ipynb", LOOPS, POOL)
+    student(work, "stubborn.ipynb", STUBBORN, POOL)
     crashes = [  # each binds torch, so the exercises depend on it and it runs; the last one is not needed
         "import torch\nraise RuntimeError('the kernel crashed here')",
         "import os\nimport torch\nos._exit(3)",
@@ -441,21 +449,21 @@ def graded(tmp_path_factory):
         "import torch\nprint('x' * 10_000_000)",
         "while True:\n    trained = True",
     ]
-    student(work, "05_named_like_another_notebook.ipynb", ATTENTION, CAUSAL, before=crashes)
+    student(work, "05_named_like_another_notebook.ipynb", ATTENTION, POOL, before=crashes)
     (work / "essay.ipynb").write_text("Dear instructor, here is my essay.")
     (work / "unrelated.ipynb").write_text(json.dumps({"cells": [new_cell("print(1)")], "nbformat": 4}))
-    student(work, "kills_parent.ipynb", ATTENTION + KILLS_PARENT, CAUSAL)
-    student(work, "kills_group.ipynb", ATTENTION + KILLS_GROUP, CAUSAL)
-    student(work, "forks.ipynb", FORKS + ATTENTION, CAUSAL)
-    student(work, "returns_a_subclass.ipynb", SUBCLASS, CAUSAL)
+    student(work, "kills_parent.ipynb", ATTENTION + KILLS_PARENT, POOL)
+    student(work, "kills_group.ipynb", ATTENTION + KILLS_GROUP, POOL)
+    student(work, "forks.ipynb", FORKS + ATTENTION, POOL)
+    student(work, "returns_a_subclass.ipynb", SUBCLASS, POOL)
     marker = tmp / "unpickled"
-    student(work, "patches_torch.ipynb", f"MARKER = {str(marker)!r}\n" + PATCHES_TORCH + ATTENTION, CAUSAL)
-    student(work, "hogs_memory.ipynb", HOGS_MEMORY, CAUSAL)
-    student(work, "floods_the_grader.ipynb", FLOODS, CAUSAL)
+    student(work, "patches_torch.ipynb", f"MARKER = {str(marker)!r}\n" + PATCHES_TORCH + ATTENTION, POOL)
+    student(work, "hogs_memory.ipynb", HOGS_MEMORY, POOL)
+    student(work, "floods_the_grader.ipynb", FLOODS, POOL)
     if NAMESPACES:  # elsewhere the grandparent is the grader: ONLY_IN_NAMESPACES
-        student(work, "kills_grandparent.ipynb", ATTENTION + KILLS_GRANDPARENT, CAUSAL)
+        student(work, "kills_grandparent.ipynb", ATTENTION + KILLS_GRANDPARENT, POOL)
     if NAMESPACES and containable():
-        student(work, "kills_everyone.ipynb", ATTENTION + KILLS_EVERYONE, CAUSAL)
+        student(work, "kills_everyone.ipynb", ATTENTION + KILLS_EVERYONE, POOL)
     cases = export_cases(tmp / "instructor_cases.py")
     out = tmp / "grades"
     result = grade(work, "--out", out, "--timeout", 4, "--jobs", 2, "--cases", cases)
@@ -478,43 +486,52 @@ def test_the_instructors_cases_file_is_used(graded):
 
 
 def test_a_right_answer_passes_every_visible_and_hidden_case(graded):
-    assert status(graded, "right.ipynb") == {"attention": "passed", "causal-softmax": "passed"}
-    row = graded.rows["right.ipynb"]["attention"]
-    assert row["cases_passed"] == row["cases_total"] == str(3 + len(HIDDEN["attention"]()))
+    assert status(graded, "right.ipynb") == {"linear-attention": "passed", "attention-pool": "passed"}
+    row = graded.rows["right.ipynb"]["linear-attention"]
+    assert row["cases_passed"] == row["cases_total"] == str(3 + len(HIDDEN["linear-attention"]()))
     assert "visible cases 3/3, hidden cases" in row["feedback"]
 
 
 def test_a_wrong_answer_fails_with_the_case_the_expected_value_and_the_hint(graded):
-    assert status(graded, "wrong.ipynb") == {"attention": "failed", "causal-softmax": "not attempted"}
-    feedback = graded.rows["wrong.ipynb"]["attention"]["feedback"]
-    for part in ("first failure: visible case 1 of 3", "input:", "expected:", "got:", "hint: scores = q @ k"):
+    assert status(graded, "wrong.ipynb") == {"linear-attention": "failed", "attention-pool": "not attempted"}
+    feedback = graded.rows["wrong.ipynb"]["linear-attention"]["feedback"]
+    for part in ("first failure: visible case 1 of 3", "input:", "expected:", "got:", "hint: write the weights first"):
         assert part in feedback
 
 
+def test_a_banned_function_fails_in_the_grader_too(graded):
+    assert status(graded, "banned.ipynb") == {"linear-attention": "failed", "attention-pool": "passed"}
+    row = graded.rows["banned.ipynb"]["linear-attention"]
+    assert row["cases_passed"] == "0" and "scaled_dot_product_attention is banned" in row["feedback"]
+
+
 def test_a_partly_right_answer_gets_partial_credit(graded):
-    assert status(graded, "partly.ipynb") == {"attention": "failed", "causal-softmax": "passed"}
-    row = graded.rows["partly.ipynb"]["attention"]
+    assert status(graded, "partly.ipynb") == {"linear-attention": "failed", "attention-pool": "passed"}
+    row = graded.rows["partly.ipynb"]["linear-attention"]
     assert 0 < int(row["cases_passed"]) < int(row["cases_total"])
     assert "visible case 3 of 3" in row["feedback"] and "raised" in row["feedback"]
 
 
 def test_an_unattempted_or_missing_exercise_is_not_attempted(graded):
-    assert status(graded, "unattempted.ipynb") == {"attention": "not attempted", "causal-softmax": "not attempted"}
+    assert status(graded, "unattempted.ipynb") == {
+        "linear-attention": "not attempted",
+        "attention-pool": "not attempted",
+    }
 
 
 def test_tampering_with_check_the_reference_or_torch_changes_nothing(graded):
-    assert status(graded, "tampering.ipynb") == {"attention": "failed", "causal-softmax": "failed"}
-    assert graded.rows["tampering.ipynb"]["attention"]["cases_passed"] == "0"
+    assert status(graded, "tampering.ipynb") == {"linear-attention": "failed", "attention-pool": "failed"}
+    assert graded.rows["tampering.ipynb"]["linear-attention"]["cases_passed"] == "0"
 
 
 def test_an_endless_loop_times_out_and_the_next_exercise_is_still_graded(graded):
-    assert status(graded, "loops.ipynb") == {"attention": "timeout", "causal-softmax": "passed"}
-    assert status(graded, "stubborn.ipynb") == {"attention": "timeout", "causal-softmax": "passed"}
+    assert status(graded, "loops.ipynb") == {"linear-attention": "timeout", "attention-pool": "passed"}
+    assert status(graded, "stubborn.ipynb") == {"linear-attention": "timeout", "attention-pool": "passed"}
 
 
 def test_crashes_before_the_exercises_cost_nothing_and_files_outside_are_safe(graded):
     name = "05_named_like_another_notebook.ipynb"
-    assert status(graded, name) == {"attention": "passed", "causal-softmax": "passed"}  # found by its cells
+    assert status(graded, name) == {"linear-attention": "passed", "attention-pool": "passed"}  # found by its cells
     assert (graded.tmp / "outside.txt").read_text() == "the instructor's file"
     record = graded.records[name]
     assert record["course_notebook"] == "04_self_attention"
@@ -536,7 +553,7 @@ def test_each_student_gets_a_feedback_file_and_the_class_a_summary(graded):
     assert "| attention | failed |" in text and "First failing case" in text and "Hint:" in text
     summary = graded.stdout[graded.stdout.index("exercise ") :].splitlines()
     assert summary[0].split()[:3] == ["exercise", "passed", "failed"]
-    assert any(line.startswith("attention") for line in summary)
+    assert any(line.startswith("linear-attention") for line in summary)
 
 
 # == hostile students: each costs itself only ===============================================
@@ -549,12 +566,12 @@ def killed_by_itself(row):
 
 
 def test_a_student_who_kills_its_parent_is_graded_as_if_it_had_not(graded):
-    assert status(graded, "kills_parent.ipynb") == {"attention": "passed", "causal-softmax": "passed"}
+    assert status(graded, "kills_parent.ipynb") == {"linear-attention": "passed", "attention-pool": "passed"}
 
 
 def test_a_student_who_kills_its_process_group_loses_that_cell_only(graded):
     rows = graded.rows["kills_group.ipynb"]
-    assert killed_by_itself(rows["attention"]) and rows["causal-softmax"]["status"] == "passed"
+    assert killed_by_itself(rows["linear-attention"]) and rows["attention-pool"]["status"] == "passed"
     text = (graded.out / "feedback" / "kills_group.md").read_text(encoding="utf-8")
     assert "## attention: error\n\nIts cell (cell " in text and "killed by SIGKILL" in text
 
@@ -562,45 +579,45 @@ def test_a_student_who_kills_its_process_group_loses_that_cell_only(graded):
 @pytest.mark.skipif(not NAMESPACES, reason=ONLY_IN_NAMESPACES)
 def test_a_student_who_kills_its_grandparent_loses_that_cell_only(graded):
     rows = graded.rows["kills_grandparent.ipynb"]
-    assert killed_by_itself(rows["attention"]) and rows["causal-softmax"]["status"] == "passed"
-    assert "the notebook's own code, inside its sandbox" in rows["attention"]["feedback"]
+    assert killed_by_itself(rows["linear-attention"]) and rows["attention-pool"]["status"] == "passed"
+    assert "the notebook's own code, inside its sandbox" in rows["linear-attention"]["feedback"]
 
 
 @pytest.mark.skipif(not (NAMESPACES and containable()), reason=ONLY_IN_NAMESPACES + "; or " + ONLY_CONTAINED)
 def test_a_student_who_kills_every_process_it_can_reaches_none_but_its_own(graded):
-    assert status(graded, "kills_everyone.ipynb") == {"attention": "passed", "causal-softmax": "passed"}
+    assert status(graded, "kills_everyone.ipynb") == {"linear-attention": "passed", "attention-pool": "passed"}
     assert "ProcessLookupError" in "\n".join(graded.records["kills_everyone.ipynb"]["notes"])  # none to signal
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the fork by its name in Linux's /proc")
 def test_a_fork_that_outlives_its_cell_is_gone_with_its_notebook(graded):
-    assert status(graded, "forks.ipynb") == {"attention": "passed", "causal-softmax": "passed"}
+    assert status(graded, "forks.ipynb") == {"linear-attention": "passed", "attention-pool": "passed"}
     assert processes_named("hostile-fork") == []
 
 
 def test_a_returned_tensor_subclass_is_named_by_its_type(graded):
-    row = graded.rows["returns_a_subclass.ipynb"]["attention"]
+    row = graded.rows["returns_a_subclass.ipynb"]["linear-attention"]
     assert row["status"] == "failed" and row["cases_passed"] == "0"
     assert "got: returned an object of type Sneaky, a subclass of torch.Tensor, not a plain tensor" in row["feedback"]
-    assert graded.rows["returns_a_subclass.ipynb"]["causal-softmax"]["status"] == "passed"
+    assert graded.rows["returns_a_subclass.ipynb"]["attention-pool"]["status"] == "passed"
 
 
 def test_a_patched_torch_sends_nothing_the_grader_runs(graded):
     rows = graded.rows["patches_torch.ipynb"]  # the file the payload would open is checked by the fixture
     assert [rows[n]["status"] for n in rows] == ["failed", "failed"]  # the patch lives on in its process
-    assert "the grader could not read back" in rows["attention"]["feedback"]
+    assert "the grader could not read back" in rows["linear-attention"]["feedback"]
 
 
 def test_the_memory_limit_is_named_when_it_is_reached(graded):
-    row = graded.rows["hogs_memory.ipynb"]["attention"]
+    row = graded.rows["hogs_memory.ipynb"]["linear-attention"]
     assert row["status"] == "failed" and "got: reached the memory limit (6 GiB)" in row["feedback"]
-    assert graded.rows["hogs_memory.ipynb"]["causal-softmax"]["status"] == "passed"
+    assert graded.rows["hogs_memory.ipynb"]["attention-pool"]["status"] == "passed"
 
 
 def test_a_student_who_floods_the_grader_with_reports_is_stopped(graded):
     rows = graded.rows["floods_the_grader.ipynb"]
     assert [row["status"] for row in rows.values()] == ["error", "error"]
-    assert "more reports than the notebook has cells and cases" in rows["attention"]["feedback"]
+    assert "more reports than the notebook has cells and cases" in rows["linear-attention"]["feedback"]
 
 
 @pytest.mark.skipif(
@@ -609,17 +626,17 @@ def test_a_student_who_floods_the_grader_with_reports_is_stopped(graded):
 def test_without_namespaces_a_student_still_costs_only_itself(tmp_path):
     work = tmp_path / "submitted"
     work.mkdir()
-    student(work, "right.ipynb", ATTENTION, CAUSAL)
-    student(work, "kills_parent.ipynb", ATTENTION + KILLS_PARENT, CAUSAL)
-    student(work, "kills_group.ipynb", ATTENTION + KILLS_GROUP, CAUSAL)
-    student(work, "forks.ipynb", FORKS + ATTENTION, CAUSAL)
+    student(work, "right.ipynb", ATTENTION, POOL)
+    student(work, "kills_parent.ipynb", ATTENTION + KILLS_PARENT, POOL)
+    student(work, "kills_group.ipynb", ATTENTION + KILLS_GROUP, POOL)
+    student(work, "forks.ipynb", FORKS + ATTENTION, POOL)
     result = grade(work, "--out", tmp_path / "grades", "--jobs", 2, sessions=True)
     assert "processes: own session under a supervisor" in result.stdout
     rows = rows_of(tmp_path / "grades")
     for name in ("right.ipynb", "kills_parent.ipynb", "forks.ipynb"):  # the parent is a supervisor: it dies alone
         assert [r["status"] for r in rows[name].values()] == ["passed", "passed"], name
-    assert killed_by_itself(rows["kills_group.ipynb"]["attention"])
-    assert "from a process of yours" in rows["kills_group.ipynb"]["attention"]["feedback"]
+    assert killed_by_itself(rows["kills_group.ipynb"]["linear-attention"])
+    assert "from a process of yours" in rows["kills_group.ipynb"]["linear-attention"]["feedback"]
     assert processes_named("hostile-fork") == []
 
 
@@ -630,8 +647,8 @@ def test_without_namespaces_a_student_still_costs_only_itself(tmp_path):
 def test_a_killed_grader_leaves_every_finished_grade_and_the_same_command_resumes(tmp_path):
     work, out, go = tmp_path / "submitted", tmp_path / "grades", tmp_path / "go"
     work.mkdir()
-    student(work, "quick.ipynb", ATTENTION, CAUSAL)
-    student(work, "waits.ipynb", f"GO = {str(go)!r}\n" + WAITS + ATTENTION, CAUSAL)  # until the file go exists
+    student(work, "quick.ipynb", ATTENTION, POOL)
+    student(work, "waits.ipynb", f"GO = {str(go)!r}\n" + WAITS + ATTENTION, POOL)  # until the file go exists
     args = [work, "--out", out, "--jobs", 2]
     first = subprocess.Popen(
         [sys.executable, "-m", "course_lib.grading", *map(str, args)],

@@ -2,8 +2,8 @@
 
 ``check()`` in a student's notebook tries the visible cases of ``exercises.py``; the grader
 (``course.py grade``) tries those *and* the hidden ones, so "all cases passed" in a notebook does
-not mean full marks. The expected answers still come from each exercise's reference in
-``exercises.py``.
+not mean full marks. The expected answers come from each exercise's reference in ``exercises.py`` or,
+for an exercise that no course_lib function answers, from its solution in ``solutions.py`` (:func:`answered`).
 
 This is the course's **demo set**. It ships inside course_lib, so students can read it: use it to try
 the grader. For real grades, ``python3 course.py grade --export-cases my_cases.py`` writes a copy of
@@ -180,26 +180,53 @@ def _unk_rate() -> list[Case]:
 # == 02 · Embeddings and training data =====================================================
 
 
-@hidden("sliding-windows")
-def _windows() -> list[Case]:
+@hidden("padded-windows")
+def _padded() -> list[Case]:
     g = _g(4)
     return [
-        Case((list(range(5)), 4, 1), "exactly one window"),
-        Case((list(range(20)), 3, 5), "stride larger than the context"),
-        Case((list(range(6)), 1, 1), "context 1"),
-        Case((torch.randint(0, 50, (40,), generator=g).tolist(), 8, 8), "random ids, stride = context"),
-        Case((torch.randint(100, 200, (200,), generator=g).tolist(), 16, 7), "200 ids, context 16, stride 7"),
+        Case(([3, 4], 1, 0), "context 1, two tokens"),
+        Case((list(range(9)), 4, 0), "an exact fit of two windows"),
+        Case((list(range(1, 12)), 5, -1), "a pad id of -1, one token in the last window"),
+        Case((torch.randint(0, 50, (100,), generator=g).tolist(), 8, 50), "100 random ids, context 8"),
+        Case(([5, 5, 5], 16, 1), "a context much longer than the text"),
     ]
 
 
-@hidden("one-hot-embedding")
-def _one_hot() -> list[Case]:
+@hidden("embedding-grad")
+def _embedding_grad() -> list[Case]:
     g = _g(5)
     return [
-        Case((torch.tensor([1, 1, 1, 1]), torch.randn(3, 5, generator=g)), "the same id four times"),
-        Case((torch.tensor([6, 0]), torch.randn(7, 2, generator=g)), "the last row of the table"),
-        Case((torch.randint(0, 7, (2, 3, 4), generator=g), torch.randn(7, 5, generator=g)), "(2, 3, 4) ids"),
-        Case((torch.randint(0, 1000, (4, 32), generator=g), torch.randn(1000, 16, generator=g)), "V = 1000"),
+        Case((torch.randn(4, 3, generator=g), torch.tensor([3, 3, 3, 3])), "the last row four times"),
+        Case((torch.randn(5, 2, generator=g), torch.tensor([], dtype=torch.long)), "no lookups: all zeros"),
+        Case((torch.randn(7, 4, generator=g), torch.randint(0, 7, (2, 3, 4), generator=g)), "(2, 3, 4) ids"),
+        Case((torch.randn(100, 8, generator=g), torch.randint(0, 100, (64,), generator=g)), "V = 100"),
+    ]
+
+
+@hidden("split-windows")
+def _split() -> list[Case]:
+    g = _g(21)
+    return [
+        Case((torch.arange(100, 140), 5, 5, 0.5), "half and half, ids not from 0"),
+        Case((torch.arange(25), 4, 3, 0.2), "stride 3, context 4"),
+        Case((torch.arange(10), 3, 1, 0.1), "validation of one token: no window"),
+        Case((torch.randint(0, 1000, (300,), generator=g), 16, 4, 0.1), "300 random ids, stride 4"),
+        Case((torch.arange(50), 6, 10, 0.3), "stride longer than the context"),
+    ]
+
+
+@hidden("nearest-tokens")
+def _nearest() -> list[Case]:
+    g = _g(22)
+    return [
+        Case((torch.tensor([[1.0, 0.0], [0.0, 1.0]]), 1, 1), "two rows: the other one"),
+        Case(
+            (torch.tensor([[3.0, 4.0], [-3.0, -4.0], [0.6, 0.8], [4.0, -3.0]]), 0, 3), "same, opposite, at 90 degrees"
+        ),
+        Case((torch.randn(50, 16, generator=g), 7, 5), "50 random rows, k = 5"),
+        Case(
+            (torch.randn(20, 3, generator=g) * torch.rand(20, 1, generator=g) * 100, 0, 19), "every row, lengths apart"
+        ),
     ]
 
 
@@ -234,8 +261,8 @@ def _context() -> list[Case]:
 # == 04 · Self-attention ===================================================================
 
 
-@hidden("attention")
-def _attention() -> list[Case]:
+@hidden("linear-attention")
+def _linear_attention() -> list[Case]:
     g = _g(8)
 
     def r(*shape, scale=1.0, dtype=torch.float32):
@@ -244,48 +271,95 @@ def _attention() -> list[Case]:
     return [
         Case((r(3, 4), r(6, 4), r(6, 2)), "3 queries, 6 keys: not square"),
         Case((r(2, 3, 5, 8), r(2, 3, 5, 8), r(2, 3, 5, 8)), "(B, H, T, d) = (2, 3, 5, 8)"),
-        Case((r(4, 8, scale=10), r(4, 8, scale=10), r(4, 3)), "large scores: nearly one-hot weights"),
-        Case((r(32, 64), r(32, 64), r(32, 64)), "T = 32, d = 64"),
+        Case((r(4, 8, scale=10), r(4, 8, scale=10), r(4, 3)), "large entries: elu's linear part"),
+        Case((r(64, 16), r(64, 16), r(64, 32)), "T = 64, d = 16"),
         Case((r(1, 6), r(1, 6), r(1, 6)), "one token: the output is v"),
         Case((r(5, 16, dtype=torch.float64), r(5, 16, dtype=torch.float64), r(5, 4, dtype=torch.float64)), "float64"),
     ]
 
 
-@hidden("causal-softmax")
-def _causal() -> list[Case]:
+@hidden("score-scale")
+def _score_scale() -> list[Case]:
+    return [
+        Case((1, 1.0, 1.0), "d = 1"),
+        Case((512, 1.0, 1.0), "d = 512: about 22.6"),
+        Case((64, 1 / 3, 1 / 3), "a third of the variance each, as nn.Linear's default init gives"),
+        Case((8, 9.0, 0.5), "different variances"),
+        Case((4096, 0.02, 2.0), "wide and small"),
+    ]
+
+
+@hidden("attention-pool")
+def _attention_pool() -> list[Case]:
     g = _g(9)
     return [
-        Case((torch.randn(1, 1, generator=g),), "T = 1: weight 1"),
-        Case((torch.randn(32, 32, generator=g) * 10,), "T = 32, large scores"),
-        Case((torch.randn(2, 3, 5, 5, generator=g),), "(B, H, T, T)"),
-        Case((torch.randn(4, 4, generator=g) * 1e4,), "huge scores"),
-        Case((torch.randn(3, 7, 7, generator=g, dtype=torch.float64),), "float64"),
+        Case((torch.randn(1, 1, 3, generator=g), torch.randn(3, generator=g)), "one token: itself"),
+        Case((torch.randn(8, 5, 16, generator=g), torch.randn(16, generator=g)), "a batch of 8"),
+        Case((torch.randn(3, 4, 2, generator=g) * 100, torch.randn(2, generator=g)), "large values: nearly one-hot"),
+        Case((torch.randn(2, 7, 4, generator=g, dtype=torch.float64), torch.randn(4, generator=g, dtype=torch.float64)),
+             "float64"),
+        Case((torch.randn(5, 3, 6, generator=g), torch.zeros(6)), "a zero query: the mean of each text"),
+    ]  # fmt: skip
+
+
+@hidden("attention-entropy")
+def _attention_entropy() -> list[Case]:
+    g = _g(23)
+    causal = torch.softmax(torch.randn(6, 6, generator=g).masked_fill(torch.ones(6, 6).triu(1).bool(), -torch.inf), -1)
+    return [
+        Case((torch.tensor([[1.0]]),), "one key: entropy 0"),
+        Case((causal,), "a causal map: zeros above the diagonal"),
+        Case((torch.softmax(torch.randn(2, 4, 8, 8, generator=g), -1),), "(B, H, T, T)"),
+        Case((torch.full((3, 1000), 1e-3),), "uniform over 1,000: log 1000"),
+        Case((torch.softmax(torch.randn(5, 5, generator=g, dtype=torch.float64) * 50, -1),), "nearly one-hot, float64"),
     ]
 
 
 # == 05 · Causal masking and multi-head attention ==========================================
 
 
-@hidden("split-heads")
-def _split() -> list[Case]:
-    g = _g(10)
+@hidden("local-causal-mask")
+def _local_mask() -> list[Case]:
     return [
-        Case((torch.randn(2, 3, 8, generator=g), 1), "one head"),
-        Case((torch.randn(2, 3, 4, generator=g), 4), "head size 1"),
-        Case((torch.randn(4, 16, 64, generator=g), 8), "(4, 16, 64), 8 heads"),
-        Case((torch.randn(2, 12, 5, generator=g).transpose(1, 2), 3), "a non-contiguous input"),
-        Case((torch.arange(24.0).view(1, 4, 6), 2), "readable values, T = 4"),
+        Case((1, 1), "one token"),
+        Case((8, 3), "T = 8, window 3"),
+        Case((6, 6), "the window equals T"),
+        Case((10, 4), "T = 10, window 4"),
+        Case((32, 1), "window 1, T = 32"),
     ]
 
 
-@hidden("merge-heads")
-def _merge_heads() -> list[Case]:
-    g = _g(11)
+@hidden("left-padded-mask")
+def _left_padded() -> list[Case]:
     return [
-        Case((torch.randn(2, 1, 3, 4, generator=g),), "one head"),
-        Case((torch.randn(2, 4, 3, 1, generator=g),), "head size 1"),
-        Case((torch.randn(3, 8, 10, 4, generator=g),), "(3, 8, 10, 4)"),
-        Case((torch.randn(2, 5, 3, 4, generator=g).transpose(1, 2),), "a non-contiguous input"),
+        Case((torch.tensor([1]), 1), "one real token"),
+        Case((torch.tensor([1]), 5), "four pads and one token"),
+        Case((torch.tensor([5, 1, 3, 4]), 5), "four rows of every kind"),
+        Case((torch.tensor([8, 8]), 8), "no padding anywhere"),
+        Case((torch.tensor([2, 7, 4]), 9), "T = 9"),
+    ]
+
+
+@hidden("mha-parameters")
+def _mha_parameters() -> list[Case]:
+    return [
+        Case((1, 1), "C = 1"),
+        Case((64, 8), "C = 64, 8 heads"),
+        Case((64, 64), "as many heads as channels"),
+        Case((1024, 16), "GPT-2 medium"),
+        Case((384, 6), "the 10.8 M model's width"),
+    ]
+
+
+@hidden("previous-token-score")
+def _previous_token() -> list[Case]:
+    g = _g(10)
+    causal = torch.ones(7, 7).triu(1).bool()
+    return [
+        Case((torch.tensor([[1.0, 0.0], [0.3, 0.7]]),), "T = 2: one weight"),
+        Case((torch.softmax(torch.randn(4, 7, 7, generator=g).masked_fill(causal, -torch.inf), -1),), "4 heads, T = 7"),
+        Case((torch.softmax(torch.randn(2, 3, 6, 6, generator=g), -1),), "(B, H, T, T), not causal"),
+        Case((torch.eye(5).roll(-1, 1).T.contiguous(),), "every query on the token before, wrapped around"),
     ]
 
 
@@ -317,84 +391,158 @@ def _rope() -> list[Case]:
 # == 07 · The transformer block and the GPT model ==========================================
 
 
-@hidden("layer-norm")
-def _layer_norm() -> list[Case]:
-    g = _g(13)
+@hidden("llama-parameters")
+def _llama() -> list[Case]:
     return [
-        Case((torch.randn(3, 1, generator=g), torch.ones(1), torch.randn(1, generator=g), 1e-5), "C=1: only bias"),
-        Case(
-            (torch.randn(4, 8, 64, generator=g) * 100 + 50, torch.randn(64, generator=g), torch.zeros(64), 1e-5),
-            "C=64, scale 100",
-        ),
-        Case((torch.randn(2, 5, generator=g) * 0.1, torch.ones(5), torch.zeros(5), 1.0), "eps = 1 dominates"),
-        Case((torch.randn(2, 6, generator=g), torch.zeros(6), torch.arange(6.0), 1e-5), "gamma 0: the output is beta"),
-        Case((torch.randn(5, 3, generator=g), torch.ones(3), torch.zeros(3), 1e-5), "C=3: biased variance"),
+        Case((1, 1, 1, 1), "all ones"),
+        Case((50257, 768, 12, 2048), "GPT-2 small's sizes, LLaMA's layers"),
+        Case((32000, 5120, 40, 13824), "LLaMA-13B"),
+        Case((49152, 576, 30, 1536), "SmolLM2-135M's sizes, its head untied"),
+        Case((10, 16, 0, 32), "no layers"),
     ]
 
 
-@hidden("gpt2-parameters")
-def _gpt2() -> list[Case]:
+@hidden("rms-norm")
+def _rms_norm() -> list[Case]:
+    g = _g(11)
     return [
-        Case((50257, 1024, 1280, 36), "GPT-2 large"),
-        Case((50257, 1024, 1600, 48), "GPT-2 XL"),
-        Case((65, 256, 384, 6), "a character-level model"),
-        Case((32000, 4096, 512, 8), "a long context"),
-        Case((1, 1, 1, 1), "every size 1"),
+        Case((torch.randn(1, 1, generator=g), torch.ones(1), 1e-6), "C = 1: the sign"),
+        Case((torch.randn(4, 2, 3, 16, generator=g), torch.randn(16, generator=g), 1e-5), "(4, 2, 3, 16)"),
+        Case((torch.zeros(2, 4), torch.ones(4), 1e-6), "zeros: eps avoids 0/0"),
+        Case((torch.randn(3, 5, generator=g) * 1e3, torch.randn(5, generator=g), 1e-6), "large values"),
+        Case((torch.randn(6, 7, generator=g).T, torch.ones(6), 0.1), "a non-contiguous (7, 6), eps 0.1"),
+        Case(
+            (torch.randn(2, 8, generator=g, dtype=torch.float64), torch.ones(8, dtype=torch.float64), 1e-6), "float64"
+        ),
+    ]
+
+
+@hidden("residual-std")
+def _residual_std() -> list[Case]:
+    return [
+        Case((48, 0.0), "branches that add nothing"),
+        Case((12, 0.02), "GPT-2's init, unscaled"),
+        Case((12, 0.02 / 24**0.5), "GPT-2's init scaled by 1 / sqrt(2 n_layers)"),
+        Case((96, 1.0), "96 layers of std 1"),
+        Case((3, 2.5), "wide branches"),
+    ]
+
+
+@hidden("dead-fraction")
+def _dead() -> list[Case]:
+    g = _g(12)
+    relu = torch.relu(torch.randn(64, 32, generator=g) - 1.5)
+    return [
+        Case((torch.zeros(3, 5),), "all zeros: every unit dead"),
+        Case((torch.ones(1, 4),), "one position, all alive"),
+        Case((relu,), "ReLU outputs of shifted inputs"),
+        Case((torch.randn(2, 16, 100, generator=g) - 2.5,), "(2, 16, 100), mostly negative"),
+        Case((torch.randn(1, 1, 7, generator=g),), "one position: dead where <= 0"),
     ]
 
 
 # == 08 · Pretraining ======================================================================
 
 
-@hidden("lr-schedule")
-def _lr() -> list[Case]:
+@hidden("lr-from-zero")
+def _lr_from_zero() -> list[Case]:
     return [
-        Case((10, 1e-3, 1e-4, 10, 110), "the first step after warmup: the peak"),
-        Case((0, 3e-4, 3e-5, 1, 50), "warmup of one step"),
-        Case((109, 1e-3, 1e-4, 10, 110), "the step before the end"),
-        Case((30, 5e-4, 5e-4, 10, 100), "min_lr = max_lr: flat"),
-        Case((4999, 6e-4, 6e-5, 100, 5000), "a long run, near the end"),
-        Case((0, 1e-3, 0.0, 0, 10), "no warmup, step 0: the peak"),
-        Case((2, 2e-3, 1e-3, 5, 20), "early in the warmup, min_lr above 0"),
+        Case((9, 1e-3, 1e-4, 10, 110), "the last warmup step: 9/10 of the peak"),
+        Case((10, 1e-3, 1e-4, 10, 110), "the end of the warmup: the peak"),
+        Case((110, 1e-3, 1e-4, 10, 110), "the last step: min_lr"),
+        Case((25, 6e-4, 0.0, 0, 100), "no warmup, a quarter of the way"),
+        Case((0, 6e-4, 6e-5, 0, 100), "no warmup: the peak at step 0"),
+        Case((333, 3e-4, 3e-5, 100, 1000), "a longer run"),
+        Case((1, 1.0, 0.5, 4, 8), "round numbers"),
     ]
 
 
-@hidden("clip-grad-norm")
-def _clip() -> list[Case]:
+@hidden("adamw-first-step")
+def _adamw() -> list[Case]:
+    g = _g(13)
+    return [
+        Case((torch.randn(4, 3, generator=g), torch.randn(4, 3, generator=g) * 1e3, 1e-3, 0.1), "huge gradients"),
+        Case((torch.randn(5, generator=g), torch.randn(5, generator=g) * 1e-6, 1e-2, 0.0), "tiny gradients"),
+        Case((torch.zeros(3), torch.randn(3, generator=g), 0.5, 0.5), "zero weights: no decay to see"),
+        Case((torch.full((3,), 10.0), torch.randn(3, generator=g) * 0.1, 0.1, 0.5), "large weights, strong decay"),
+        Case((torch.randn(2, 2, generator=g, dtype=torch.float64), torch.randn(2, 2, generator=g, dtype=torch.float64),
+              3e-4, 0.01), "float64"),
+    ]  # fmt: skip
+
+
+@hidden("accumulated-gradient")
+def _accumulated_gradient() -> list[Case]:
     g = _g(14)
     return [
-        Case(([torch.full((4,), 5.0)], 1.0), "one tensor of norm 10"),
-        Case(([torch.tensor([6.0, 8.0]), torch.zeros(3), torch.tensor([[0.0]])], 5.0), "with zero gradients"),
-        Case(([torch.randn(10, 10, generator=g) * 3 for _ in range(5)], 0.5), "five (10, 10) gradients"),
-        Case(([torch.randn(7, generator=g), torch.randn(2, 2, generator=g)], 1e3), "far below max_norm"),
-        Case(([torch.tensor(3.0), torch.tensor(4.0)], 2.5), "0-dimensional gradients"),
+        Case(([torch.tensor([7.0])], [5]), "one micro-batch"),
+        Case(([torch.randn(3, generator=g) for _ in range(4)], [8, 8, 8, 8]), "four equal micro-batches"),
+        Case(([torch.randn(2, 3, generator=g) for _ in range(3)], [16, 16, 5]), "a short last one"),
+        Case(([torch.randn(4, generator=g), torch.randn(4, generator=g)], [1, 100]), "sizes far apart"),
+    ]
+
+
+@hidden("smoothed-loss")
+def _smoothed() -> list[Case]:
+    g = _g(15)
+    return [
+        Case(([5.0], 0.99), "one value: itself"),
+        Case(([], 0.9), "no values"),
+        Case(((torch.linspace(4, 2, 50) + torch.randn(50, generator=g) * 0.3).tolist(), 0.9), "a noisy falling curve"),
+        Case(([1.0, 0.0] * 10, 0.5), "alternating"),
+        Case(([3.0, 1.0, 2.0], 0.999), "beta close to 1"),
     ]
 
 
 # == 09 · Generating text ==================================================================
 
 
-@hidden("top-k")
-def _top_k() -> list[Case]:
-    g = _g(15)
+@hidden("top-p-min-keep")
+def _top_p_min_keep() -> list[Case]:
+    g = _g(16)
     return [
-        Case((torch.tensor([[2.0, -1.0, 0.5, 3.0, 1.0]]), 1), "k = 1: only the largest"),
-        Case((torch.tensor([[1.0, 1.0, 1.0, 0.0]]), 2), "ties with the k-th logit stay"),
-        Case((torch.randn(8, 1000, generator=g) * 3, 50), "8 rows of 1,000"),
-        Case((torch.tensor([[float("-inf"), 2.0, 1.0, 0.0]]), 2), "a logit already -inf"),
-        Case((torch.tensor([[-5.0, -7.0, -6.0]]), 2), "all negative"),
+        Case((torch.randn(1, 6, generator=g) * 3, 0.9, 1), "min 1: the chapter's top-p"),
+        Case((torch.randn(2, 8, generator=g) * 5, 0.1, 4), "a sharp distribution, min 4"),
+        Case((torch.randn(4, 50, generator=g), 0.5, 10), "V = 50, min 10"),
+        Case((torch.randn(3, 7, generator=g), 1.0, 2), "p = 1: every token"),
+        Case((torch.randn(2, 5, generator=g) * 2, 0.6, 5), "min = V: every token"),
+        Case((torch.randn(8, 1000, generator=g) * 4, 0.95, 3), "V = 1,000, p = 0.95"),
     ]
 
 
-@hidden("top-p")
-def _top_p() -> list[Case]:
-    g = _g(16)
+@hidden("min-p")
+def _min_p() -> list[Case]:
+    g = _g(17)
     return [
-        Case((torch.tensor([[10.0, 0.0, 0.3, -1.0]]), 0.5), "one dominant token"),
-        Case((torch.tensor([[0.1, 0.2, 0.3, 0.4]]), 0.99), "p = 0.99: almost everything"),
-        Case((torch.tensor([[0.0, 3.0, 1.0, 2.0, -1.0]]), 0.8), "the likely tokens not at the front"),
-        Case((torch.randn(6, 50, generator=g) * 2, 0.9), "6 rows of 50"),
-        Case((torch.tensor([[1.0, float("-inf"), 0.0]]), 0.6), "a logit already -inf"),
+        Case((torch.randn(1, 6, generator=g), 0.0), "min_p 0: every token"),
+        Case((torch.randn(2, 9, generator=g) * 4, 1.0), "min_p 1: the most likely only"),
+        Case((torch.randn(5, 100, generator=g) * 3, 0.05), "V = 100, min_p 0.05"),
+        Case((torch.tensor([[0.0, 0.0, 0.0], [10.0, 0.0, -10.0]]), 0.5), "a flat row and a sharp one"),
+        Case((torch.randn(3, 1000, generator=g), 0.1), "V = 1,000, a flat distribution"),
+    ]
+
+
+@hidden("repetition-penalty")
+def _penalty() -> list[Case]:
+    g = _g(18)
+    return [
+        Case((torch.tensor([0.0, 1.0]), [0], 1.5), "a zero logit stays 0"),
+        Case((torch.tensor([1.0, 2.0]), [], 1.3), "nothing generated yet"),
+        Case((torch.randn(50, generator=g) * 3, torch.randint(0, 50, (40,), generator=g).tolist(), 1.3),
+             "40 previous tokens, repeats among them"),
+        Case((torch.tensor([-4.0, 4.0, -0.5]), [0, 1, 2, 1, 0], 1.0), "penalty 1: nothing changes"),
+        Case((torch.randn(10, generator=g, dtype=torch.float64), [9, 9, 3], 2.5), "float64, penalty 2.5"),
+    ]  # fmt: skip
+
+
+@hidden("distinct-n")
+def _distinct() -> list[Case]:
+    g = _g(19)
+    return [
+        Case(([7], 1), "one token"),
+        Case(([1, 2, 3], 3), "one trigram"),
+        Case(([4, 4, 4, 4, 4, 4], 3), "a run: one distinct trigram of four"),
+        Case((torch.randint(0, 5, (200,), generator=g).tolist(), 2), "200 tokens of 5 kinds, bigrams"),
+        Case((torch.randint(0, 1000, (300,), generator=g).tolist(), 4), "300 tokens of 1,000 kinds, 4-grams"),
     ]
 
 

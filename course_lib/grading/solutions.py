@@ -13,11 +13,13 @@ An exercise without a solution here (one added later) is shown by its reference,
 from __future__ import annotations
 
 import inspect
+import math
 import sys
 from collections import Counter
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 SOLUTIONS: dict[str, Callable] = {}  # exercise name -> a correct solution, in the course's order
 
@@ -102,6 +104,205 @@ def unk_rate(train_words: list[str], val_words: list[str], min_count: int) -> fl
     counts = Counter(train_words)
     vocab = {w for w, n in counts.items() if n >= min_count}
     return sum(w not in vocab for w in val_words) / len(val_words)
+
+
+# == 02 · Embeddings and training data =====================================================
+
+
+@solution("padded-windows")
+def padded_windows(ids: list[int], context_length: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    T = context_length
+    n = math.ceil((len(ids) - 1) / T)  # every token after the first is a target once
+    inputs = torch.full((n, T), pad_id)  # (N, T)
+    targets = torch.full((n, T), -100)  # (N, T): -100 is skipped by cross-entropy
+    for i in range(n):
+        x, y = ids[i * T : i * T + T], ids[i * T + 1 : i * T + T + 1]
+        inputs[i, : len(x)] = torch.tensor(x)
+        targets[i, : len(y)] = torch.tensor(y)
+    return inputs, targets
+
+
+@solution("embedding-grad")
+def embedding_grad(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    counts = torch.bincount(ids.flatten(), minlength=weight.shape[0])  # (V,): lookups per row
+    return 2 * counts[:, None] * weight  # (V, C): d(row ** 2)/d(row) = 2 row, once per lookup
+
+
+@solution("split-windows")
+def split_windows(
+    ids: torch.Tensor, context_length: int, stride: int, val_fraction: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    cut = int(len(ids) * (1 - val_fraction))  # split the tokens first: no window crosses it
+
+    def windows(part: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = range(0, len(part) - context_length, stride)
+        x = [part[s : s + context_length] for s in starts]
+        y = [part[s + 1 : s + context_length + 1] for s in starts]
+        empty = torch.zeros(0, context_length, dtype=part.dtype)
+        return (torch.stack(x), torch.stack(y)) if x else (empty, empty)
+
+    return (*windows(ids[:cut]), *windows(ids[cut:]))
+
+
+@solution("nearest-tokens")
+def nearest_tokens(weight: torch.Tensor, token: int, k: int) -> list[int]:
+    unit = weight / weight.norm(dim=1, keepdim=True)  # (V, C): directions only
+    similarity = unit @ unit[token]  # (V,)
+    similarity[token] = float("-inf")  # not itself
+    return similarity.topk(k).indices.tolist()
+
+
+# == 04 · Self-attention ===================================================================
+
+
+@solution("linear-attention")
+def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1  # (..., Tq, d), (..., Tk, d): positive features
+    numerator = phi_q @ (phi_k.transpose(-2, -1) @ v)  # (..., Tq, dv): (d, dv) first, linear in T
+    denominator = phi_q @ phi_k.sum(dim=-2).unsqueeze(-1)  # (..., Tq, 1): each row's total weight
+    return numerator / denominator
+
+
+@solution("score-scale")
+def score_scale(d: int, var_q: float, var_k: float) -> float:
+    return math.sqrt(d * var_q * var_k)  # Var(q . k) = d var_q var_k for independent mean-0 entries
+
+
+@solution("attention-pool")
+def attention_pool(x: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+    scores = x @ query / math.sqrt(x.shape[-1])  # (B, T)
+    weights = torch.softmax(scores, dim=-1)  # (B, T): over the tokens of each text, not the batch
+    return (weights.unsqueeze(-1) * x).sum(dim=1)  # (B, C)
+
+
+@solution("attention-entropy")
+def attention_entropy(weights: torch.Tensor) -> float:
+    plogp = torch.where(weights > 0, weights * weights.clamp_min(1e-30).log(), 0.0)  # 0 log 0 = 0
+    return -plogp.sum(dim=-1).mean().item()
+
+
+# == 05 · Causal masking and multi-head attention ==========================================
+
+
+@solution("local-causal-mask")
+def local_causal_mask(T: int, window: int) -> torch.Tensor:
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]  # (T, 1), (1, T)
+    return (j <= i) & (i - j < window)  # (T, T): the past, at most window tokens back, itself included
+
+
+@solution("left-padded-mask")
+def left_padded_mask(lengths: torch.Tensor, T: int) -> torch.Tensor:
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))  # (T, T)
+    real = torch.arange(T) >= (T - lengths)[:, None]  # (B, T): the last lengths[b] positions
+    itself = torch.eye(T, dtype=torch.bool)  # a padding query attends to itself: no empty row
+    return (causal & real[:, None, :]) | itself  # (B, T, T)
+
+
+@solution("mha-parameters")
+def mha_parameters(d_model: int, n_heads: int) -> int:
+    head_dim = d_model // n_heads
+    heads = n_heads * 3 * (d_model * head_dim + head_dim)  # query, key, value of every head
+    return heads + d_model * d_model + d_model  # the output projection; n_heads cancels out
+
+
+@solution("previous-token-score")
+def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
+    return torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1).mean(dim=-1)  # (...,): mean of w[i, i - 1]
+
+
+# == 07 · The transformer block and the GPT model ==========================================
+
+
+@solution("llama-parameters")
+def llama_parameters(vocab_size: int, d_model: int, n_layers: int, hidden: int) -> int:
+    C = d_model
+    per_layer = 4 * C * C + 3 * C * hidden + 2 * C  # q, k, v, o; SwiGLU's gate, up, down; two RMSNorms
+    return 2 * vocab_size * C + n_layers * per_layer + C  # embedding and untied head, layers, final norm
+
+
+@solution("rms-norm")
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., 1): over each vector's features
+    return x / rms * weight
+
+
+@solution("residual-std")
+def residual_std(n_layers: int, branch_std: float) -> float:
+    return math.sqrt(1 + 2 * n_layers * branch_std**2)  # independent variances add, two branches a block
+
+
+@solution("dead-fraction")
+def dead_fraction(h: torch.Tensor) -> float:
+    never_on = (h.reshape(-1, h.shape[-1]) <= 0).all(dim=0)  # (hidden,): <= 0 at every position
+    return never_on.float().mean().item()
+
+
+# == 08 · Pretraining ======================================================================
+
+
+@solution("lr-from-zero")
+def lr_from_zero(step: int, max_lr: float, min_lr: float, warmup_steps: int, total_steps: int) -> float:
+    if step < warmup_steps:
+        return max_lr * step / warmup_steps  # 0 at step 0
+    if step > total_steps:
+        return min_lr
+    progress = (step - warmup_steps) / (total_steps - warmup_steps)
+    return min_lr + (max_lr - min_lr) * (1 + math.cos(math.pi * progress)) / 2
+
+
+@solution("adamw-first-step")
+def adamw_first_step(w: torch.Tensor, g: torch.Tensor, lr: float, weight_decay: float) -> torch.Tensor:
+    m_hat, v_hat = g, g**2  # one gradient in each average, bias-corrected
+    return w * (1 - lr * weight_decay) - lr * m_hat / (v_hat.sqrt() + 1e-8)  # decay first, then about lr
+
+
+@solution("accumulated-gradient")
+def accumulated_gradient(micro_grads: list[torch.Tensor], sizes: list[int]) -> torch.Tensor:
+    return sum(n * g for n, g in zip(sizes, micro_grads)) / sum(sizes)  # each mean weighted by its examples
+
+
+@solution("smoothed-loss")
+def smoothed_loss(values: list[float], beta: float) -> list[float]:
+    s, out = 0.0, []
+    for t, x in enumerate(values, start=1):
+        s = beta * s + (1 - beta) * x
+        out.append(s / (1 - beta**t))  # the bias correction: s started at 0
+    return out
+
+
+# == 09 · Generating text ==================================================================
+
+
+@solution("top-p-min-keep")
+def top_p_min_keep(logits: torch.Tensor, p: float, min_tokens_to_keep: int) -> torch.Tensor:
+    probs, order = torch.softmax(logits, dim=-1).sort(dim=-1, descending=True)  # (B, V) each
+    before = probs.cumsum(dim=-1) - probs  # (B, V): the mass of the tokens before each
+    rank = torch.arange(logits.shape[-1], device=logits.device)  # (V,)
+    drop_sorted = (before >= p) & (rank >= min_tokens_to_keep)
+    drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+    return logits.masked_fill(drop, float("-inf"))
+
+
+@solution("min-p")
+def min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    threshold = min_p * probs.max(dim=-1, keepdim=True).values  # (B, 1): scaled by each row's top token
+    return logits.masked_fill(probs < threshold, float("-inf"))
+
+
+@solution("repetition-penalty")
+def repetition_penalty(logits: torch.Tensor, previous: list[int], penalty: float) -> torch.Tensor:
+    logits = logits.clone()
+    for token in set(previous):  # once per distinct token
+        value = logits[token]
+        logits[token] = value / penalty if value > 0 else value * penalty  # always towards less likely
+    return logits
+
+
+@solution("distinct-n")
+def distinct_n(tokens: list[int], n: int) -> float:
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return len(set(grams)) / len(grams)
 
 
 # == 15 · What the model learned ===========================================================
