@@ -34,6 +34,7 @@ checks that the two agree. One module (or package) per idea:
 - ``cards``          model cards and datasheets; training FLOPs and energy
 - ``quantization``   int8 and int4 weights by hand, fast CPU kernels that ask first, bytes read per step
 - ``speculative``    speculative decoding: the acceptance rule, prompt lookup, model drafts, the speed-up
+- ``interpretability`` hooks on a GPT: activations, head scores, ablation, patching, the logit lens, probes
 - ``plotting``       the figures and token colourings the notebooks show
 - ``widgets``        interactive explorers and the chat widget (ipywidgets)
 - ``exercises``      self-checks for the exercises at the end of each notebook
