@@ -220,11 +220,11 @@ class CheckResult:
 
 def _same(got: Any, expected: Any) -> bool:
     if isinstance(expected, torch.Tensor):
-        if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-            return False
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape or got.dtype != expected.dtype:
+            return False  # the dtype a statement names is part of the answer
         if expected.is_floating_point():
-            return torch.allclose(got.to(expected.dtype), expected, rtol=1e-4, atol=1e-5)
-        return torch.equal(got.to(expected.dtype), expected)
+            return torch.allclose(got, expected, rtol=1e-4, atol=1e-5)
+        return torch.equal(got, expected)
     if isinstance(expected, bool):
         return isinstance(got, (bool, int)) and bool(got) == expected
     if isinstance(expected, float):
@@ -337,6 +337,7 @@ def _trigram_cases() -> list[Case]:
         Case(([0, 1, 1, 2], 3), "two trigrams", _dense((3, 3, 3), {(0, 1, 1): 1, (1, 1, 2): 1})),
         Case(([2, 2, 2, 2], 3), "a repeated token", _dense((3, 3, 3), {(2, 2, 2): 2})),
         Case(([0, 1], 4), "two tokens: no trigram", torch.zeros(4, 4, 4, dtype=torch.long)),
+        Case(([], 2), "an empty list", torch.zeros(2, 2, 2, dtype=torch.long)),
         Case(([1, 0, 1, 0, 1], 2), "alternating", _dense((2, 2, 2), {(1, 0, 1): 2, (0, 1, 0): 1})),
     ]
 
@@ -367,17 +368,17 @@ def _interpolated_cases() -> list[Case]:
     "accumulated-grad",
     hint=[
         "what does backward() do to a .grad that already holds a number: replace it, or something else?",
-        "backward() does not replace x.grad: it adds this call's dy/dx = 2x + 3 to what is there, and "
-        "nothing clears it between the calls",
+        "backward() does not replace x.grad: it adds this call's dy/dx to what is there, and nothing "
+        "clears it between the calls",
     ],
     bans=("torch.Tensor.backward", "torch.autograd.backward", "torch.autograd.grad"),
 )
 def _accumulated_cases() -> list[Case]:
     return [
-        Case((2.0, 1), "x = 2, once", 7.0),
-        Case((2.0, 3), "x = 2, three times", 21.0),
-        Case((-1.5, 2), "x = -1.5, where the slope is 0", 0.0),
-        Case((0.5, 4), "x = 0.5, four times", 16.0),
+        Case((2.0, 1), "x = 2, once", 10.0),
+        Case((2.0, 3), "x = 2, three times", 30.0),
+        Case((0.0, 2), "x = 0, twice: the slope is negative there", -4.0),
+        Case((0.5, 4), "x = 0.5, four times", -5.0),
     ]
 
 
@@ -755,8 +756,9 @@ def _left_padded_cases() -> list[Case]:
         "count one head's query, key and value weights and biases, then all heads, then the output projection",
         "each head maps C to D = C / n_heads, with a weight and a bias for each of query, key and value; "
         "multiply by the number of heads and simplify",
-        "the output projection is C x C plus a bias of C: does the number of heads appear anywhere?",
+        "the output projection is C x C plus a bias of C",
     ],
+    bans=("course_lib.attention.MultiHeadAttentionWrapper", "course_lib.attention.MultiHeadAttention"),
 )
 def _mha_parameter_cases() -> list[Case]:
     return [
@@ -826,7 +828,7 @@ def _rope_cases() -> list[Case]:
         "then the token embedding, the untied LM head (as large again) and the final RMSNorm; no position "
         "table: RoPE has no weights",
     ],
-    bans=("course_lib.model.parameter_formula", "course_lib.model.count_parameters"),
+    bans=("course_lib.model.parameter_formula", "course_lib.model.count_parameters", "course_lib.model.GPT"),
 )
 def _llama_parameter_cases() -> list[Case]:
     return [
@@ -839,7 +841,7 @@ def _llama_parameter_cases() -> list[Case]:
 @exercise(
     "rms-norm",
     hint=[
-        "feed the buggy function a batch (B, T, C) with B > 1: over which dimension does it average?",
+        "the statement promises any shape (..., C): try the buggy function on inputs other than a matrix",
         "dim=1 is the last dimension of a (T, C) input but the TOKENS of a (B, T, C) one: each vector must be "
         "normalised over its own features, dim=-1",
         "then x / sqrt(mean(x ** 2) + eps) * weight, eps inside the square root",
@@ -907,6 +909,7 @@ def _dead_fraction_cases() -> list[Case]:
         "after total_steps the rate stays at min_lr; usual mistakes: the warmup of the chapter (step + 1), "
         "the cosine counted from step 0, decaying to 0 instead of min_lr",
     ],
+    bans=("course_lib.training.lr_at",),
 )
 def _lr_from_zero_cases() -> list[Case]:
     return [
@@ -935,6 +938,8 @@ def _adamw_cases() -> list[Case]:
              torch.tensor([0.989, -2.008])),
         Case((torch.tensor([3.0]), torch.tensor([0.0]), 0.1, 0.5), "a zero gradient: the decay alone",
              torch.tensor([2.85])),
+        Case((torch.tensor([1.0]), torch.tensor([1e-8]), 0.1, 0.0), "a gradient as small as eps",
+             torch.tensor([0.95])),
     ]  # fmt: skip
 
 
@@ -1035,7 +1040,7 @@ def _min_p_cases() -> list[Case]:
 @exercise(
     "repetition-penalty",
     hint=[
-        "try the buggy function on a negative logit, and on a token that appears twice in previous",
+        "which logits and which previous lists did you try it on? Vary their signs, and repeat a token",
         "dividing a negative logit by 1.3 RAISES it: a negative logit must be multiplied by the penalty",
         "each distinct previous token is penalised once, however often it occurred (a set)",
     ],
@@ -1353,8 +1358,8 @@ def _uniform_score_cases() -> list[Case]:
     hint=[
         "which key does a duplicate-token head look at from query t: the earlier copy of the token at t, or "
         "the token after it?",
-        "the second copy is the last `period` positions, t = T - period, ..., T - 1; from each, the key is "
-        "t - period; average a[:, :, t, t - period] over the batch, those queries: (H,) per layer, stacked to (L, H)",
+        "the second copy is the last `period` positions; from each query t there, which key holds the same "
+        "token? Average that weight over the batch and those queries: (H,) per layer, stacked to (L, H)",
         "usual mistakes: t - period + 1 (that is the induction score), queries from the first copy too, the "
         "mean over heads",
     ],
@@ -1402,23 +1407,26 @@ def _mean_ablate_cases() -> list[Case]:
 
 
 @exercise(
-    "settles-at",
+    "settled-fraction",
     hint=[
-        "first decide, for each layer, whether the answer is within the top k there; then look from the last "
-        "layer backwards",
-        "the answer's rank at a layer is how many logits are strictly larger than its own; within the top k "
-        "means rank < k; walk down from the last layer while that holds, and return the last layer it held at",
-        "usual mistakes: the first layer where it is in the top k (it may drop out again later), ties counted "
-        "against the answer, an int returned when the last layer fails (None)",
+        "first decide, for each prompt and each layer, whether the answer is within the top k there; then: "
+        "which layers count for a prompt that is in the top k early, drops out, and comes back?",
+        "the answer's rank is how many logits are strictly larger than its own (gather it per prompt); a layer "
+        "counts only if the answer stays within the top k from there to the last layer: an 'and' over the "
+        "later layers, read from the last layer backwards",
+        "then average over the prompts, not the layers; usual mistakes: every layer where the answer is in the "
+        "top k counted, ties counted against the answer, a count instead of a fraction",
     ],
 )
-def _settles_cases() -> list[Case]:
+def _settled_cases() -> list[Case]:
     rises = torch.tensor([[3.0, 1.0, 0.0], [2.0, 1.5, 0.0], [0.0, 2.0, 1.0], [0.0, 3.0, 1.0]])  # (4 layers, V = 3)
     dips = torch.tensor([[0.0, 2.0, 1.0], [3.0, 1.0, 2.0], [0.0, 2.0, 1.0], [0.0, 2.0, 1.0]])
     return [
-        Case((rises, 1, 1), "top from layer 2 on", 2),
-        Case((rises, 1, 2), "within the top 2 from layer 0", 0),
-        Case((dips, 1, 1), "top at layer 0, lost at layer 1, top again from 2", 2),
-        Case((dips, 0, 1), "never top at the last layer: None", None),
-        Case((torch.tensor([[1.0, 1.0], [2.0, 2.0]]), 1, 1), "a tie counts for the answer", 0),
-    ]
+        Case((rises[None], torch.tensor([1]), 1), "one prompt, top from layer 2 on", torch.tensor([0.0, 0, 1, 1])),
+        Case((rises[None], torch.tensor([1]), 2), "the same within the top 2: from layer 0", torch.ones(4)),
+        Case((torch.stack([rises, dips, dips]), torch.tensor([1, 1, 0]), 1),
+             "three prompts: one settles at 2, one is top at 0, lost at 1, top from 2; one never",
+             torch.tensor([0.0, 0, 2 / 3, 2 / 3])),
+        Case((torch.tensor([[[1.0, 1.0], [2.0, 2.0]]]), torch.tensor([1]), 1), "a tie counts for the answer",
+             torch.ones(2)),
+    ]  # fmt: skip

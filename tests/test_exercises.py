@@ -48,6 +48,7 @@ MISTAKES["trigram-counts"] = [
     lambda ids, v: trigram_counts(ids, max(ids, default=0) + 1),  # vocabulary from the data
     lambda ids, v: trigram_counts(ids[:-1], v),  # drops the last trigram
     lambda ids, v: trigram_counts(ids[::2] + ids[1::2], v),  # tokens out of order
+    lambda ids, v: trigram_counts(ids, v).float(),  # the right counts as floats: the statement says int64
 ]
 
 
@@ -67,9 +68,9 @@ MISTAKES["interpolated-bigram"] = [
 ]  # the last: an unseen row keeps only (1 - lam) of the unigram and does not sum to 1
 
 MISTAKES["accumulated-grad"] = [
-    lambda x, times: 2 * x + 3,  # as if backward() replaced the gradient
-    lambda x, times: times * (x**2 + 3 * x),  # the value, not the derivative
-    lambda x, times: (2 * x + 3) ** times,  # multiplies instead of adding
+    lambda x, times: 3 * x**2 - 2,  # as if backward() replaced the gradient
+    lambda x, times: times * (x**3 - 2 * x),  # the value, not the derivative
+    lambda x, times: (3 * x**2 - 2) ** times,  # multiplies instead of adding
 ]
 
 
@@ -652,7 +653,7 @@ def test_an_exception_after_the_first_case_is_explained(fresh_kernel):
     def unreadable(ids, vocab_size):
         raise ValueError("no idea")
 
-    assert "case 2 of 4 failed" in repr(check("trigram-counts", broken))
+    assert "case 2 of 5 failed" in repr(check("trigram-counts", broken))
     assert "raised ValueError: no idea" in repr(check("trigram-counts", unreadable))
 
 
@@ -701,6 +702,14 @@ def test_the_adamw_prediction_is_what_torch_does():
     for lr, wd in [(1e-3, 0.1), (0.5, 0.0), (3e-4, 1.0)]:
         w, grad = torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g) * 10
         assert torch.allclose(SOLUTIONS["adamw-first-step"](w, grad, lr, wd), adamw_by_torch(w, grad, lr, wd))
+
+
+def test_the_accumulated_gradient_prediction_is_what_torch_does():
+    for x0, times in [(2.0, 1), (0.5, 4), (-4.0, 3)]:
+        x = torch.tensor(x0, requires_grad=True)
+        for _ in range(times):
+            (x**3 - 2 * x).backward()
+        assert math.isclose(SOLUTIONS["accumulated-grad"](x0, times), x.grad.item(), rel_tol=1e-6)
 
 
 def test_unknown_exercise_lists_the_known_ones():
@@ -885,25 +894,17 @@ MISTAKES["mean-ablate"] = [
 ]
 
 
-def settles(lens, answer, k, first=False, ties_against=False):
-    above = (
-        (lens >= lens[:, answer : answer + 1]).sum(1) - 1
-        if ties_against
-        else (lens > lens[:, answer : answer + 1]).sum(1)
-    )
-    inside = (above < k).tolist()
-    if first:
-        return next((layer for layer, ok in enumerate(inside) if ok), None)
-    if not inside[-1]:
-        return None
-    layer = len(inside) - 1
-    while layer > 0 and inside[layer - 1]:
-        layer -= 1
-    return layer
+def settled(lens, answers, k, every_layer=False, ties_against=False):
+    own = lens.gather(2, answers[:, None, None].expand(-1, lens.shape[1], 1))  # (P, L + 1, 1)
+    ranks = (lens >= own).sum(2) - 1 if ties_against else (lens > own).sum(2)
+    inside = ranks < k  # (P, L + 1)
+    stays = inside if every_layer else inside.flip(1).cumprod(1).flip(1).bool()
+    return stays.float().mean(0)
 
 
-MISTAKES["settles-at"] = [
-    lambda lens, a, k: settles(lens, a, k, first=True),  # the first layer in the top k, even if it drops out
-    lambda lens, a, k: settles(lens, a, k, ties_against=True),  # a tie counted against the answer
-    lambda lens, a, k: settles(lens, a, k) or 0,  # 0 instead of None
+MISTAKES["settled-fraction"] = [
+    lambda lens, a, k: settled(lens, a, k, every_layer=True),  # in the top k there, even if it drops out later
+    lambda lens, a, k: settled(lens, a, k, ties_against=True),  # a tie counted against the answer
+    lambda lens, a, k: settled(lens, a, k) * len(a),  # a count of prompts, not a fraction
+    lambda lens, a, k: settled(lens, a, k).double(),  # float64: the statement says float32
 ]

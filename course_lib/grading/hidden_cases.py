@@ -95,11 +95,11 @@ def _interpolated() -> list[Case]:
 @hidden("accumulated-grad")
 def _accumulated() -> list[Case]:
     return [
-        Case((0.0, 1), "x = 0: the slope is 3"),
+        Case((1.0, 1), "x = 1: the slope is 1"),
         Case((-4.0, 1), "x = -4, once"),
         Case((1.0, 10), "ten calls"),
         Case((3.25, 7), "x = 3.25, seven times"),
-        Case((-1.5, 9), "the flat point, nine times"),
+        Case((-2.0, 9), "x = -2, nine times"),
     ]
 
 
@@ -779,13 +779,13 @@ def _mean_ablate() -> list[Case]:
     ]
 
 
-@hidden("settles-at")
-def _settles() -> list[Case]:
+@hidden("settled-fraction")
+def _settled() -> list[Case]:
     g = _g(27)
     return [
-        Case((torch.randn(13, 50, generator=g), 7, 5), "13 layers, 50 tokens, top 5"),
-        Case((torch.arange(12.0).view(3, 4), 3, 1), "always the largest: layer 0"),
-        Case((torch.arange(12.0).view(3, 4).flip(-1), 3, 1), "always the smallest: None"),
-        Case((torch.randn(31, 200, generator=g), 0, 200), "top 200 of 200: layer 0"),
-        Case((torch.zeros(4, 3), 2, 1), "every logit tied: layer 0"),
+        Case((torch.randn(6, 13, 50, generator=g), torch.randint(50, (6,), generator=g), 5), "6 prompts, top 5"),
+        Case((torch.arange(12.0).view(1, 3, 4), torch.tensor([3]), 1), "always the largest: every layer"),
+        Case((torch.arange(12.0).view(1, 3, 4).flip(-1), torch.tensor([3]), 1), "always the smallest: none"),
+        Case((torch.randn(2, 31, 200, generator=g), torch.tensor([0, 5]), 200), "top 200 of 200: all"),
+        Case((torch.zeros(3, 4, 3), torch.tensor([2, 0, 1]), 1), "every logit tied: all"),
     ]

@@ -58,7 +58,7 @@ def interpolated_bigram(counts: torch.Tensor, lam: float) -> torch.Tensor:
 
 @solution("accumulated-grad")
 def accumulated_grad(x: float, times: int) -> float:
-    return times * (2 * x + 3)  # backward() adds to .grad: without zero_grad() the gradients pile up
+    return times * (3 * x**2 - 2)  # backward() adds to .grad: without zero_grad() the gradients pile up
 
 
 @solution("logsumexp")
@@ -327,15 +327,12 @@ def mean_ablate(z: torch.Tensor, head: int) -> torch.Tensor:
     return out
 
 
-@solution("settles-at")
-def settles_at(lens: torch.Tensor, answer: int, k: int) -> int | None:
-    ranks = (lens > lens[:, answer : answer + 1]).sum(dim=1)  # (L + 1,): logits strictly above the answer's
-    layer = None
-    for at in range(len(ranks) - 1, -1, -1):
-        if ranks[at] >= k:
-            break
-        layer = at
-    return layer
+@solution("settled-fraction")
+def settled_fraction(lens: torch.Tensor, answers: torch.Tensor, k: int) -> torch.Tensor:
+    index = answers[:, None, None].expand(-1, lens.shape[1], 1)  # (P, L + 1, 1)
+    ranks = (lens > lens.gather(2, index)).sum(dim=2)  # (P, L + 1): logits strictly above the answer's
+    stays = (ranks < k).flip(1).cumprod(dim=1).flip(1)  # (P, L + 1): within the top k here and after
+    return stays.float().mean(dim=0)  # (L + 1,)
 
 
 def show(name: str) -> str:
