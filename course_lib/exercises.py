@@ -36,10 +36,8 @@ import torch.nn.functional as F
 
 from .attention import causal_mask, softmax
 from .evaluation import mean_interval
-from .instruct import collate, format_prompt
 from .positional import rope_interleaved, sinusoidal_encoding
 from .preference import dpo_loss
-from .prompting import few_shot_prompt, majority_vote
 from .quantization import quantize_int8
 from .rl import group_advantages
 from .speculative import prompt_lookup, residual_distribution
@@ -1142,70 +1140,194 @@ def _paired_cases() -> list[Case]:
 # == 11 · Instruction fine-tuning ==========================================================
 
 
-def _instruct_collate(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return collate([(seq, 0) for seq in sequences], pad_id)
+@exercise(
+    "answer-loss",
+    hint=[
+        "give it targets with -100 in them: what does clamp(min=0) turn them into, and does the mean count them?",
+        "-100 marks a target without a loss: leave it out of the sum AND out of the count; the mean is over the "
+        "kept targets of the whole batch (not a mean of each row's mean)",
+        "keep = targets != -100 (not targets > 0: token 0 is a token like any other); gather the log-softmax at "
+        "the targets with the -100s replaced by any valid id, then -(picked * keep).sum() / keep.sum()",
+    ],
+    bans=(
+        "torch.nn.functional.cross_entropy",
+        "torch.nn.functional.nll_loss",
+        "torch.nn.CrossEntropyLoss",
+        "torch.nn.NLLLoss",
+        "course_lib.instruct.instruction_loss",
+    ),
+)
+def _answer_loss_cases() -> list[Case]:
+    g = _seeded(21)
+
+    def answer(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(logits.double(), dim=-1)  # (B, T, V)
+        keep = targets != -100  # (B, T)
+        picked = logp[keep, targets[keep]]  # (kept,)
+        return (-picked.mean()).to(logits.dtype)
+
+    targets_1 = torch.tensor([[1, 2, 3], [4, 0, 2]])
+    targets_2 = torch.tensor([[3, 1, 4, 1], [5, 2, -100, -100]])
+    targets_3 = torch.tensor([[-100, 0, 2, -100, -100], [-100, -100, 0, 0, 5]])
+    inputs = [
+        ((torch.randn(2, 3, 6, generator=g), targets_1), "no -100 at all: every target counts"),
+        ((torch.randn(2, 4, 6, generator=g), targets_2), "the second row padded: two targets without a loss"),
+        ((torch.randn(2, 5, 6, generator=g), targets_3), "prompts masked too; token 0 is a real target"),
+    ]
+    return [Case(args, note, answer(*args)) for args, note in inputs]
 
 
 @exercise(
-    "instruct-collate",
-    reference=_instruct_collate,
-    hint="pad every row with pad_id to the longest length L, then inputs = rows[:, :-1] and targets = "
-    "rows[:, 1:]; in each target row keep the FIRST end-of-text (the model must learn to stop) and put -100 "
-    "on every padding position after it",
+    "chat-targets",
+    hint=[
+        "walk through ids once and keep a flag: am I inside a reply? Which token switches it on, which one off?",
+        "a reply starts AFTER the assistant marker (the marker itself is prompt) and ends WITH the end-of-text "
+        "that closes it (a target: it teaches the model to stop); a reply cut off at the end still counts",
+        "then shift: target t is ids[t + 1], so keep ids[t + 1] where token t + 1 is part of a reply, -100 "
+        "elsewhere, a long tensor of len(ids) - 1; usual mistakes: the closing end-of-text masked, the marker "
+        "kept, only the last reply kept (the single-turn prompt mask)",
+    ],
 )
-def _collate_cases() -> list[Case]:
-    eot = 0
+def _chat_target_cases() -> list[Case]:
+    U, A, E = 100, 101, 0  # <|user|>, <|assistant|>, <|endoftext|>
+    x = -100
     return [
-        Case(([[5, 6, 7, eot], [8, 9, eot]], eot), "two answers, the second one token shorter"),
-        Case(([[4, eot], [5, 6, 7, 8, eot], [9, 3, eot]], eot), "three rows, two of them padded"),
-        Case(([[7, 7, 2, eot]], eot), "one row: nothing to pad"),
+        Case(([U, 5, 6, A, 7, 8, E], A, E), "one turn", torch.tensor([x, x, x, 7, 8, E])),
+        Case(([U, 5, A, 7, E, U, 6, 6, A, 8, 9, E], A, E), "two turns: both replies",
+             torch.tensor([x, x, 7, E, x, x, x, x, 8, 9, E])),
+        Case(([U, 5, A, 7, 8], A, E), "a reply cut off before its end-of-text", torch.tensor([x, x, 7, 8])),
+    ]  # fmt: skip
+
+
+@exercise(
+    "loss-share",
+    hint=[
+        "a row of n tokens gives how many targets? And a prompt of p tokens hides how many of them?",
+        "n tokens give n - 1 targets (the shift), and every one of them up to the closing end-of-text has a loss; "
+        "masking a prompt of p tokens hides the targets 0 .. p - 2, so p - 1 of them",
+        "the batch is padded to the longest row L, so it holds B * (L - 1) target positions; the share is the "
+        "targets with a loss over that, a float",
+    ],
+    bans=("course_lib.instruct.collate",),
+)
+def _loss_share_cases() -> list[Case]:
+    return [
+        Case(([6, 4], [3, 2], False), "two rows, nothing masked", 0.8),
+        Case(([6, 4], [3, 2], True), "the same rows, prompts masked", 0.5),
+        Case(([4, 4, 4], [3, 1, 2], True), "no padding; a one-token prompt hides nothing", 2 / 3),
+        Case(([12, 2], [1, 1], False), "one long row beside a short one", 12 / 22),
     ]
 
 
 @exercise(
-    "prompt-template",
-    reference=lambda instruction, input_text: format_prompt({"instruction": instruction, "input": input_text}, "short"),
-    hint='"### Instruction:\\n{instruction}\\n\\n", then "### Input:\\n{input}\\n\\n" only when the '
-    'input is not empty, then "### Response:\\n"; strip the instruction and the input first',
+    "bradley-terry",
+    hint=[
+        "start with two models: which gap s_A - s_B makes A's wins most likely? Set the derivative of "
+        "wins_A * log sigma(s) + wins_B * log sigma(-s) to zero",
+        "for M models maximise sum over i, j of wins[i, j] * log sigma(s_i - s_j): gradient ascent (autograd, "
+        "thousands of steps) or the MM update p_i = W_i / sum_j n_ij / (p_i + p_j) with p = exp(s), "
+        "W_i the wins of i and n_ij the games between i and j",
+        "iterate until nothing moves by 1e-7, then subtract the mean; usual mistakes: strengths from each "
+        "model's overall win rate, wins read transposed, too few steps",
+    ],
 )
-def _template_cases() -> list[Case]:
+def _bradley_terry_cases() -> list[Case]:
+    log3 = math.log(3)
     return [
-        Case(("Name the area.", "Return the sine of x."), "an instruction with an input"),
-        Case(("What does `math.sqrt()` do?", ""), "no input: its section is left out"),
-        Case(("  Explain the `with` statement.\n", "  "), "surrounding whitespace is stripped"),
-    ]
+        Case((torch.tensor([[0.0, 30.0], [10.0, 0.0]]),), "A beat B 30 times in 40",
+             torch.tensor([log3 / 2, -log3 / 2])),
+        Case((torch.tensor([[0.0, 12.0], [12.0, 0.0]]),), "even: both 0", torch.tensor([0.0, 0.0])),
+        Case((torch.tensor([[0.0, 30.0, 0.0], [10.0, 0.0, 30.0], [0.0, 10.0, 0.0]]),),
+             "a chain: A and C never met", torch.tensor([log3, 0.0, -log3])),
+    ]  # fmt: skip
 
 
 # == 12 · Prompting, inference-time compute, and limits ====================================
 
 
 @exercise(
-    "few-shot-prompt",
-    reference=lambda examples, query: few_shot_prompt(examples, query),
-    hint='each example is "Sentence: {text}\\nArea: {label}\\n\\n"; then "Sentence: {query}\\nArea:" with no '
-    "space or newline after the colon (the model writes the label); strip the query",
+    "pass-at-k",
+    hint=[
+        "turn it around: what is the chance that k samples drawn from the n contain NO right one?",
+        "k drawn without replacement from n, of which n - c are wrong: all k are wrong in C(n - c, k) of the "
+        "C(n, k) ways (math.comb)",
+        "pass@k = 1 - C(n - c, k) / C(n, k), a float; C(n - c, k) is 0 when fewer than k samples are wrong. "
+        "The usual mistake, 1 - (1 - c / n) ** k, draws with replacement and is biased low",
+    ],
 )
-def _few_shot_cases() -> list[Case]:
-    shots = [("Return the sine of x.", "numbers and maths"), ("Open a socket.", "networking")]
+def _pass_at_k_cases() -> list[Case]:
     return [
-        Case((shots, "Parse a date string."), "two examples, then the question"),
-        Case(([], "Remove a file."), "zero-shot: only the question"),
-        Case(((shots[1],), "  Sort a list in place.  "), "one example; the question is stripped"),
+        Case((5, 1, 2), "one right of five, two drawn", 0.4),
+        Case((10, 3, 1), "k = 1: the share of right samples", 0.3),
+        Case((6, 2, 3), "two right of six, three drawn", 0.8),
+        Case((5, 3, 4), "only two wrong: four draws always hold a right one", 1.0),
+        Case((8, 0, 8), "none right", 0.0),
     ]
 
 
 @exercise(
-    "majority-vote",
-    reference=majority_vote,
-    hint="count the answers that are not None (collections.Counter); among the most common, return the one "
-    "that appears first in the list; None when every answer is None",
+    "mcnemar-exact",
+    hint=[
+        "which items say anything about which of the two is better? Count only those",
+        "the items both get right, or both wrong, do not enter; of the d items where they disagree, A alone is "
+        "right on some: under 'no difference' each disagreement is a fair coin, a binomial(d, 1/2)",
+        "two-sided: 2 x the chance of a split at least as uneven as the smaller count, "
+        "sum over k <= min of C(d, k) / 2 ** d, capped at 1; no disagreement at all: 1.0",
+    ],
+    bans=(
+        "course_lib.evaluation.mcnemar_p",
+        "course_lib.evaluation.paired_difference",
+        "course_lib.evaluation.compare_family",
+    ),
 )
-def _vote_cases() -> list[Case]:
+def _mcnemar_cases() -> list[Case]:
     return [
-        Case(([71, 81, 81, 80, 81],), "a clear majority, not the first sample"),
-        Case(([12, None, 7, None, None],), "unreadable answers (None) do not vote"),
-        Case(([9, 5, 6, 6, 5],), "a tie between 5 and 6: the one seen first wins"),
-        Case(([None, None],), "nothing readable: None"),
+        Case(([1, 1, 1, 1, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0, 1, 1, 0]), "6 : 1 disagreements, 2 items that agree",
+             2 * 8 / 128),
+        Case(([1, 0, 1, 0, 1, 0, 1], [0, 1, 0, 1, 0, 1, 1]), "3 : 3, even", 1.0),
+        Case(([1] * 7 + [0] * 2 + [1] * 10, [0] * 7 + [1] * 2 + [1] * 10), "7 : 2, 10 items both right",
+             2 * 46 / 512),
+        Case(([0, 1, 1, 0], [0, 1, 1, 0]), "the same answers: no disagreement", 1.0),
+    ]  # fmt: skip
+
+
+@exercise(
+    "holm-adjusted",
+    hint=[
+        "try p-values whose products (m - rank) * p come out smaller for a larger p: is the result still in "
+        "the order of the p-values? Try two equal p-values too",
+        "Holm is a step-down procedure: a hypothesis is rejected only if every smaller p was rejected first, so "
+        "an adjusted p can never be below the adjusted p of a smaller p",
+        "sort, multiply the smallest by m, the next by m - 1, ...; carry the running maximum along the sorted "
+        "order, cap at 1, and give each adjusted p back at its input position (a list of floats)",
+    ],
+    bans=("course_lib.evaluation.holm", "course_lib.evaluation.compare_family"),
+)
+def _holm_cases() -> list[Case]:
+    return [
+        Case(([0.001, 0.2, 0.01, 0.04],), "four p-values", [0.004, 0.2, 0.03, 0.08]),
+        Case(([0.01, 0.04, 0.03],), "three p-values", [0.03, 0.06, 0.06]),
+        Case(([0.02, 0.02],), "two equal p-values", [0.04, 0.04]),
+        Case(([0.6, 0.7],), "capped at 1", [1.0, 1.0]),
+    ]
+
+
+@exercise(
+    "majority-right",
+    hint=[
+        "the majority is right when more than half of the n samples are right: how is the number of right "
+        "samples distributed?",
+        "the number of right samples is binomial(n, p): sum C(n, k) p^k (1 - p)^(n - k) over the k that are a majority",
+        "n is odd, so a majority is k >= (n + 1) / 2, i.e. k > n / 2; the answer is a float. Usual mistakes: "
+        "k >= n // 2, p ** n (all right), 1 - (1 - p) ** n (at least one right)",
+    ],
+)
+def _majority_right_cases() -> list[Case]:
+    return [
+        Case((0.6, 1), "one sample: p itself", 0.6),
+        Case((0.6, 3), "three samples", 0.648),
+        Case((0.2, 3), "three samples of a weak model", 0.104),
+        Case((0.5, 5), "a coin stays a coin", 0.5),
     ]
 
 

@@ -530,77 +530,164 @@ MISTAKES["paired-difference"] = [
 # == 11 · Instruction fine-tuning ==========================================================
 
 
-def instruct_collate(sequences, pad_id):
-    length = max(len(s) for s in sequences)
-    rows = torch.tensor([s + [pad_id] * (length - len(s)) for s in sequences])
-    targets = rows[:, 1:].clone()
-    for k, s in enumerate(sequences):
-        targets[k, len(s) - 1 :] = -100  # after the row's own end-of-text
-    return rows[:, :-1], targets
+def buggy_answer_loss(logits, targets):  # the function the exercise shows
+    logp = torch.log_softmax(logits, dim=-1)
+    picked = logp.gather(-1, targets.clamp(min=0).unsqueeze(-1))
+    return -picked.mean()
 
 
-def collate_all_padding_ignored(sequences, pad_id):
-    inputs, targets = instruct_collate(sequences, pad_id)
-    return inputs, targets.masked_fill(targets == pad_id, -100)  # the closing end-of-text too: never learns to stop
+def answer_loss_of_row_means(logits, targets):
+    keep = targets != -100
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return -((logp * keep).sum(dim=1) / keep.sum(dim=1)).mean()  # short answers weigh as much as long ones
 
 
-def collate_padding_kept(sequences, pad_id):
-    length = max(len(s) for s in sequences)
-    rows = torch.tensor([s + [pad_id] * (length - len(s)) for s in sequences])
-    return rows[:, :-1], rows[:, 1:]  # padding stays a target
+MISTAKES["answer-loss"] = [
+    buggy_answer_loss,
+    lambda logits, targets: solutions.answer_loss(logits, targets.masked_fill(targets == 0, -100)),  # > 0
+    answer_loss_of_row_means,
+    lambda logits, targets: solutions.answer_loss(logits, targets) * (targets != -100).sum() / targets.numel(),
+    lambda logits, targets: F.cross_entropy(logits.flatten(0, 1), targets.flatten()),  # right, but banned
+]  # the second: token 0 dropped as if it were padding; the fourth: divided by every position
 
 
-SOLUTIONS["instruct-collate"] = instruct_collate
-MISTAKES["instruct-collate"] = [
-    collate_all_padding_ignored,
-    collate_padding_kept,
-    lambda seqs, pad: (lambda i, t: (i, i))(*instruct_collate(seqs, pad)),  # targets not shifted
+def chat_targets_shifted_by(ids, assistant_id, eot_id, closing=True, marker=False, last_only=False, shift=1):
+    in_reply, is_reply = False, []
+    for k, token in enumerate(ids):
+        if token == assistant_id:
+            is_reply.append(marker or in_reply)
+            in_reply = not last_only or assistant_id not in ids[k + 1 :]
+        elif token == eot_id:
+            is_reply.append(in_reply and closing)
+            in_reply = in_reply and last_only
+        else:
+            is_reply.append(in_reply)
+    keep = torch.tensor(is_reply[shift : shift + len(ids) - 1], dtype=torch.bool)
+    return torch.tensor(ids[1:], dtype=torch.long).masked_fill(~keep, -100)
+
+
+MISTAKES["chat-targets"] = [
+    lambda ids, a, e: chat_targets_shifted_by(ids, a, e, closing=False),  # never learns to stop
+    lambda ids, a, e: chat_targets_shifted_by(ids, a, e, marker=True),  # the marker as a target
+    lambda ids, a, e: chat_targets_shifted_by(ids, a, e, last_only=True),  # the single-turn prompt mask
+    lambda ids, a, e: chat_targets_shifted_by(ids, a, e, shift=0),  # the mask of the tokens, not the targets
 ]
 
 
-def prompt_template(instruction, input_text):
-    text = f"### Instruction:\n{instruction.strip()}\n\n"
-    if input_text.strip():
-        text += f"### Input:\n{input_text.strip()}\n\n"
-    return text + "### Response:\n"
+MISTAKES["loss-share"] = [
+    lambda n, p, mask: solutions.loss_share(n, [x + 1 for x in p], mask),  # hides p targets, not p - 1
+    lambda n, p, mask: sum(n) / (len(n) * max(n)),  # tokens, not targets
+    lambda n, p, mask: solutions.loss_share(n, p, mask) * (max(n) - 1) / max(n),  # B * L positions
+    lambda n, p, mask: solutions.loss_share(n, p, True),  # always masked
+]
 
 
-SOLUTIONS["prompt-template"] = prompt_template
-MISTAKES["prompt-template"] = [
-    lambda ins, inp: f"### Instruction:\n{ins.strip()}\n\n### Input:\n{inp.strip()}\n\n### Response:\n",  # always
-    lambda ins, inp: prompt_template(ins, inp).removesuffix("\n"),  # the answer would start on the same line
-    lambda ins, inp: f"### Instruction:\n{ins}\n\n" + (f"### Input:\n{inp}\n\n" if inp else "") + "### Response:\n",
+def bradley_terry_by_ascent(wins, steps=50, lr=0.01):
+    s = torch.zeros(len(wins), requires_grad=True)
+    for _ in range(steps):
+        likelihood = (wins * F.logsigmoid(s[:, None] - s[None, :])).sum()
+        (grad,) = torch.autograd.grad(likelihood, s)
+        s = (s + lr * grad).detach().requires_grad_()
+    return (s - s.mean()).detach()
+
+
+def bradley_terry_from_win_rates(wins):
+    rate = wins.sum(1) / (wins + wins.T).sum(1)
+    s = torch.log(rate / (1 - rate))
+    return s - s.mean()
+
+
+MISTAKES["bradley-terry"] = [
+    bradley_terry_from_win_rates,  # each model's overall win rate, as if against an average opponent
+    lambda wins: solutions.bradley_terry(wins.T),  # wins read transposed: the order reversed
+    bradley_terry_by_ascent,  # too few steps: not converged
+    lambda wins: (lambda s: s - s[0])(solutions.bradley_terry(wins)),  # the first pinned at 0, not centred
 ]
 
 
 # == 12 · Prompting, inference-time compute, and limits ====================================
 
 
-def few_shot(examples, query):
-    text = "".join(f"Sentence: {x}\nArea: {y}\n\n" for x, y in examples)
-    return text + f"Sentence: {query.strip()}\nArea:"
-
-
-SOLUTIONS["few-shot-prompt"] = few_shot
-MISTAKES["few-shot-prompt"] = [
-    lambda ex, q: few_shot(ex, q) + " ",  # a space after "Area:": the label's own space is doubled
-    lambda ex, q: "\n".join(f"Sentence: {x}\nArea: {y}" for x, y in ex) + f"Sentence: {q.strip()}\nArea:",
-    lambda ex, q: few_shot(ex, q).replace(f"Sentence: {q.strip()}", f"Sentence: {q}"),  # query not stripped
+MISTAKES["pass-at-k"] = [
+    lambda n, c, k: 1 - (1 - c / n) ** k,  # drawn with replacement: biased low
+    lambda n, c, k: c / n,  # pass@1 whatever k
+    lambda n, c, k: min(1.0, k * c / n),  # adds up the chances of overlapping events
 ]
 
 
-def vote(answers):
-    readable = [a for a in answers if a is not None]
-    if not readable:
-        return None
-    return max(readable, key=lambda a: (readable.count(a), -readable.index(a)))
+def mcnemar_counts(a, b):
+    return sum(x > y for x, y in zip(a, b)), sum(x < y for x, y in zip(a, b))
 
 
-SOLUTIONS["majority-vote"] = vote
-MISTAKES["majority-vote"] = [
-    lambda answers: answers[0],  # the first sample, no vote
-    lambda answers: max(set(answers), key=answers.count),  # None votes, ties arbitrary
-    lambda answers: max(reversed([a for a in answers if a is not None]), key=answers.count, default=None),  # last tie
+def mcnemar_one_sided(a, b):
+    a_only, b_only = mcnemar_counts(a, b)
+    d = a_only + b_only
+    return min(1.0, sum(math.comb(d, k) for k in range(min(a_only, b_only) + 1)) / 2**d)
+
+
+def mcnemar_over_every_item(a, b):  # the agreements counted as coins too
+    n, low = len(a), min(mcnemar_counts(a, b))
+    return min(1.0, 2 * sum(math.comb(n, k) for k in range(low + 1)) / 2**n)
+
+
+def mcnemar_not_capped(a, b):
+    a_only, b_only = mcnemar_counts(a, b)
+    d = a_only + b_only
+    return 2 * sum(math.comb(d, k) for k in range(min(a_only, b_only) + 1)) / 2**d
+
+
+def mcnemar_normal(a, b):  # the normal approximation: not exact with few disagreements
+    a_only, b_only = mcnemar_counts(a, b)
+    return math.erfc(abs(a_only - b_only) / math.sqrt(a_only + b_only) / math.sqrt(2))
+
+
+MISTAKES["mcnemar-exact"] = [mcnemar_one_sided, mcnemar_over_every_item, mcnemar_not_capped, mcnemar_normal]
+
+
+def holm_without_running_max(p_values):  # the function the exercise shows
+    m = len(p_values)
+    order = sorted(range(m), key=lambda k: p_values[k])
+    adjusted = [0.0] * m
+    for rank, k in enumerate(order):
+        adjusted[k] = min(1.0, (m - rank) * p_values[k])
+    return adjusted
+
+
+def hochberg(p_values):  # the step-up procedure: a running minimum from the largest p
+    m = len(p_values)
+    order = sorted(range(m), key=lambda k: p_values[k])
+    adjusted, running = [0.0] * m, 1.0
+    for rank in range(m - 1, -1, -1):
+        k = order[rank]
+        running = min(running, (m - rank) * p_values[k])
+        adjusted[k] = running
+    return adjusted
+
+
+def holm_not_capped(p_values):
+    m = len(p_values)
+    order = sorted(range(m), key=lambda k: p_values[k])
+    adjusted, running = [0.0] * m, 0.0
+    for rank, k in enumerate(order):
+        running = max(running, (m - rank) * p_values[k])
+        adjusted[k] = running
+    return adjusted
+
+
+MISTAKES["holm-adjusted"] = [
+    holm_without_running_max,
+    lambda ps: [min(1.0, len(ps) * p) for p in ps],  # Bonferroni
+    holm_not_capped,
+    lambda ps: [max(holm_without_running_max(ps)[: k + 1]) for k in range(len(ps))],  # the maximum in input order
+    hochberg,
+]
+
+
+MISTAKES["majority-right"] = [
+    lambda p, n: sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n // 2, n + 1)),  # k >= n // 2
+    lambda p, n: p**n,  # every sample right
+    lambda p, n: 1 - (1 - p) ** n,  # at least one right: pass@n, not the vote
+    lambda p, n: sum(p**k * (1 - p) ** (n - k) for k in range(n // 2 + 1, n + 1)),  # no C(n, k)
 ]
 
 

@@ -592,57 +592,120 @@ def _paired() -> list[Case]:
 # == 11 · Instruction fine-tuning ==========================================================
 
 
-@hidden("instruct-collate")
-def _collate() -> list[Case]:
-    eot = 50256
+@hidden("answer-loss")
+def _answer_loss() -> list[Case]:
+    g = _g(21)
+    ragged = torch.randint(0, 50, (4, 9), generator=g)
+    ragged[0, 5:], ragged[1, :3], ragged[2, 7:] = -100, -100, -100
+    zeros = torch.tensor([[0, 0, -100], [-100, 0, -100]])
     return [
-        Case(([[11, 12, eot], [13, 14, eot]], eot), "equal lengths: no padding"),
-        Case(([[eot], [5, eot]], eot), "an empty answer beside a short one"),
-        Case(([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, eot], [3, eot], [4, 5, 6, eot]], eot), "lengths 12, 2 and 4"),
-        Case(([[7, eot], [8, eot], [9, 9, 9, 9, eot], [1, eot], [2, 2, eot]], eot), "five rows"),
+        Case((torch.randn(1, 1, 3, generator=g), torch.tensor([[2]])), "one target"),
+        Case((torch.randn(4, 9, 50, generator=g), ragged), "padding and prompts in four rows"),
+        Case((torch.randn(2, 3, 4, generator=g), zeros), "every kept target is token 0"),
+        Case((torch.randn(3, 2, 5, generator=g), torch.tensor([[-100, -100], [1, 4], [-100, 3]])),
+             "a row without any loss"),
+        Case((torch.randn(2, 4, 8, generator=g) * 100, torch.tensor([[1, 2, 3, -100], [7, 6, 5, 4]])),
+             "large logits: a stable log-softmax"),
+        Case((torch.randn(2, 3, 6, generator=g, dtype=torch.float64), torch.tensor([[5, -100, 0], [1, 1, -100]])),
+             "float64"),
+    ]  # fmt: skip
+
+
+@hidden("chat-targets")
+def _chat_targets() -> list[Case]:
+    U, A, E = 49152, 49153, 2
+    return [
+        Case(([U, 9, A, E], A, E), "an empty reply: only its end-of-text"),
+        Case(([U, 9, 9, 9], A, E), "no reply at all"),
+        Case(([A, 7, 8, E], A, E), "the conversation starts with the assistant"),
+        Case(([7], A, E), "one token: no target"),
+        Case(([U, 4, A, 5, E, U, 6, A, 7, 7, E, U, 8, A, 9], A, E), "three turns, the last cut off"),
+        Case(([E, U, 3, A, 4, E, E], A, E), "end-of-text before and after"),
     ]
 
 
-@hidden("prompt-template")
-def _template() -> list[Case]:
+@hidden("loss-share")
+def _loss_share() -> list[Case]:
+    g = _g(22)
+    lengths = torch.randint(20, 128, (16,), generator=g).tolist()
+    prompts = [int(n * 0.7) for n in lengths]
     return [
-        Case(("Summarise the text.", "\n\t "), "an input of whitespace only is left out"),
-        Case(("Line one.\nLine two.", "x = 1\n"), "a two-line instruction; the input's newline"),
-        Case(("Résumé ✓ du module `os`.", "Ça marche ?"), "accents and symbols"),
-        Case(("\n\nExplain this:\n\n", "  a\n\nb  "), "blank lines inside and around"),
+        Case(([9], [4], True), "one row"),
+        Case(([9], [4], False), "one row, nothing masked: every target"),
+        Case(([2, 2], [1, 1], True), "one-token prompts, one-token answers"),
+        Case((lengths, prompts, False), "16 random lengths"),
+        Case((lengths, prompts, True), "16 random lengths, prompts masked"),
+        Case(([128, 10, 10, 10], [100, 5, 5, 5], True), "one long row pads the others"),
+    ]
+
+
+@hidden("bradley-terry")
+def _bradley_terry() -> list[Case]:
+    g = _g(23)
+    counts = torch.randint(1, 30, (5, 5), generator=g).float().fill_diagonal_(0)
+    return [
+        Case((torch.tensor([[0.0, 1.0], [99.0, 0.0]]),), "B won 99 of 100"),
+        Case((torch.tensor([[0.0, 5.0, 5.0], [5.0, 0.0, 5.0], [5.0, 5.0, 0.0]]),), "three equals"),
+        Case((counts,), "five models, every pair met"),
+        Case((torch.tensor([[0.0, 2.5, 0.0], [1.5, 0.0, 3.0], [1.0, 1.0, 0.0]]),), "ties counted half"),
+        Case(
+            (torch.tensor([[0, 8, 0, 1], [2, 0, 6, 0], [0, 4, 0, 7], [3, 0, 3, 0]], dtype=torch.float64),),
+            "four models in a ring, float64",
+        ),
     ]
 
 
 # == 12 · Prompting, inference-time compute, and limits ====================================
 
 
-@hidden("few-shot-prompt")
-def _few_shot() -> list[Case]:
-    shots = [
-        ("Return the sine of x.", "numbers and maths"),
-        ("Open a socket.", "networking"),
-        ("Read a CSV file.", "files and data"),
-        ("Start a thread.", "concurrency"),
-        ("Format a date.", "text and time"),
-    ]
+@hidden("pass-at-k")
+def _pass_at_k() -> list[Case]:
     return [
-        Case((shots, "Compress data.\n"), "five examples; a newline after the question"),
-        Case((tuple(shots[:2]), "Sort a list."), "examples given as a tuple"),
-        Case(([("Café au lait ☕.", "food")], "Über alles."), "non-ASCII text"),
-        Case(([], "\t Parse JSON. \n"), "zero-shot, whitespace around the question"),
+        Case((1, 1, 1), "one sample, right"),
+        Case((1, 0, 1), "one sample, wrong"),
+        Case((200, 3, 100), "200 samples, 3 right, k = 100"),
+        Case((100, 50, 1), "half right, k = 1"),
+        Case((20, 1, 20), "k = n: right if any is"),
+        Case((50, 10, 5), "Chen et al.'s sizes"),
     ]
 
 
-@hidden("majority-vote")
-def _vote() -> list[Case]:
-    g = _g(19)
+@hidden("mcnemar-exact")
+def _mcnemar() -> list[Case]:
+    g = _g(24)
+    a = (torch.rand(300, generator=g) < 0.6).int().tolist()
+    b = [x if k % 5 else 1 - x for k, x in enumerate(a)]
     return [
-        Case(([3],), "one answer"),
-        Case(([1, 2, 3],), "a three-way tie: the first"),
-        Case(([None, 4, 5, 5, 4],), "a tie after a None: the one seen first"),
-        Case(([None, None, None, 2],), "one readable answer among many None"),
-        Case((["b", "a", "a", "b", "c"],), "strings, a tie"),
-        Case((torch.randint(0, 4, (101,), generator=g).tolist(),), "101 answers"),
+        Case(([0], [1]), "one item, one disagreement"),
+        Case(([1, 0] * 10 + [0] * 5, [0, 0] * 10 + [1] * 5), "10 : 5"),
+        Case(([0] * 12, [1] * 12), "12 : 0 for B"),
+        Case(([1] * 60 + [0] * 40, [0] * 60 + [1] * 40), "60 : 40, every item disagrees"),
+        Case((a, b), "300 items, one in five flipped"),
+        Case(((1, 1, 0), (1, 1, 0)), "tuples, no disagreement"),
+    ]
+
+
+@hidden("holm-adjusted")
+def _holm() -> list[Case]:
+    return [
+        Case(([],), "no p-values"),
+        Case(([0.3],), "one p-value: itself"),
+        Case(([0.055, 0.26, 0.23, 0.43, 0.25, 1.0, 1.0],), "seven comparisons, as in the chapter"),
+        Case(([0.04, 0.01, 0.04, 0.03, 0.01],), "ties and a reversal"),
+        Case(([0.0, 1e-9, 0.9],), "zero and tiny p-values"),
+        Case(([0.2, 0.1, 0.3, 0.4],), "every product above the last"),
+    ]
+
+
+@hidden("majority-right")
+def _majority_right() -> list[Case]:
+    return [
+        Case((0.0, 5), "never right"),
+        Case((1.0, 7), "always right"),
+        Case((0.9, 25), "a strong model, 25 votes"),
+        Case((0.44, 5), "greedy's rate in the chapter, five votes"),
+        Case((0.51, 101), "barely above half, 101 votes"),
+        Case((0.3, 1), "one vote"),
     ]
 
 

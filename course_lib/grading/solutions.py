@@ -305,6 +305,88 @@ def distinct_n(tokens: list[int], n: int) -> float:
     return len(set(grams)) / len(grams)
 
 
+# == 11 · Instruction fine-tuning ==========================================================
+
+
+@solution("answer-loss")
+def answer_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    keep = targets != -100  # (B, T): the targets with a loss (token 0 is one of them)
+    logp = torch.log_softmax(logits, dim=-1)  # (B, T, V)
+    picked = logp.gather(-1, targets.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)  # (B, T)
+    return -(picked * keep).sum() / keep.sum()  # the mean over the kept targets of the whole batch
+
+
+@solution("chat-targets")
+def chat_targets(ids: list[int], assistant_id: int, eot_id: int) -> torch.Tensor:
+    in_reply, is_reply = False, []
+    for token in ids:
+        is_reply.append(in_reply)  # the marker itself is prompt; the closing end-of-text is reply
+        if token == assistant_id:
+            in_reply = True
+        elif token == eot_id:
+            in_reply = False
+    targets = torch.tensor(ids[1:], dtype=torch.long)  # (T - 1,): target t is token t + 1
+    keep = torch.tensor(is_reply[1:], dtype=torch.bool)
+    return targets.masked_fill(~keep, -100)
+
+
+@solution("loss-share")
+def loss_share(lengths: list[int], prompt_lengths: list[int], mask_instruction: bool) -> float:
+    with_loss = sum(n - 1 for n in lengths)  # n tokens, n - 1 targets, the closing end-of-text included
+    if mask_instruction:
+        with_loss -= sum(p - 1 for p in prompt_lengths)  # a prompt of p tokens hides targets 0 .. p - 2
+    return with_loss / (len(lengths) * (max(lengths) - 1))  # padded to the longest row
+
+
+@solution("bradley-terry")
+def bradley_terry(wins: torch.Tensor) -> torch.Tensor:
+    wins = wins.double()
+    games = wins + wins.T  # (M, M): n_ij, the votes between i and j
+    won = wins.sum(dim=1)  # (M,): W_i
+    p = torch.ones(len(wins), dtype=torch.float64)
+    for _ in range(100_000):  # the MM update (Hunter, 2004): each step raises the likelihood
+        new = won / (games / (p[:, None] + p[None, :])).sum(dim=1)
+        new = new / new.prod() ** (1 / len(new))  # the scale is free: fix the geometric mean at 1
+        if (new.log() - p.log()).abs().max() < 1e-12:
+            break
+        p = new
+    s = new.log()
+    return (s - s.mean()).float()
+
+
+# == 12 · Prompting, inference-time compute, and limits ====================================
+
+
+@solution("pass-at-k")
+def pass_at_k(n: int, c: int, k: int) -> float:
+    return 1 - math.comb(n - c, k) / math.comb(n, k)  # 1 - P(all k drawn are wrong)
+
+
+@solution("mcnemar-exact")
+def mcnemar_exact(a: list[int], b: list[int]) -> float:
+    a_only = sum(x == 1 and y == 0 for x, y in zip(a, b))
+    b_only = sum(x == 0 and y == 1 for x, y in zip(a, b))
+    d = a_only + b_only  # only the disagreements say which is better
+    tail = sum(math.comb(d, k) for k in range(min(a_only, b_only) + 1)) / 2**d
+    return min(1.0, 2 * tail)
+
+
+@solution("holm-adjusted")
+def holm_adjusted(p_values: list[float]) -> list[float]:
+    m = len(p_values)
+    order = sorted(range(m), key=lambda k: p_values[k])
+    adjusted, running = [0.0] * m, 0.0
+    for rank, k in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[k]))  # never below a smaller p's
+        adjusted[k] = running
+    return adjusted
+
+
+@solution("majority-right")
+def majority_right(p: float, n: int) -> float:
+    return sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n // 2 + 1, n + 1))
+
+
 # == 15 · What the model learned ===========================================================
 
 
