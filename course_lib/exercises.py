@@ -37,11 +37,7 @@ import torch.nn.functional as F
 from .attention import causal_mask, softmax
 from .evaluation import mean_interval
 from .positional import rope_interleaved, sinusoidal_encoding
-from .preference import dpo_loss
-from .quantization import quantize_int8
-from .rl import group_advantages
-from .speculative import prompt_lookup, residual_distribution
-from .tasks import addition_reward
+from .quantization import unpack_int4
 
 _FROM_REFERENCE: Any = object()  # a case without its own expected value: the reference answers it
 
@@ -1335,102 +1331,204 @@ def _majority_right_cases() -> list[Case]:
 
 
 @exercise(
-    "dpo-loss",
-    reference=lambda pc, pr, rc, rr, beta: dpo_loss(pc, pr, rc, rr, beta)[0],
-    hint="the implicit reward of an answer is beta * (policy log-prob - reference log-prob); the loss is "
-    "-F.logsigmoid(chosen reward - rejected reward), averaged over the pairs (mean, not sum)",
+    "zero-contrast-share",
+    hint=[
+        "take one problem that one sampled answer gets right with probability p: what is the chance that all "
+        "G of its answers are right? that all G are wrong?",
+        "the G answers are independent draws: all right with probability p ** G, all wrong with (1 - p) ** G, "
+        "and a group has no contrast in either case",
+        "add the two for each problem, then average over the problems; usual mistakes: only the all-wrong "
+        "groups, the formula applied to the mean rate instead of to each problem",
+    ],
 )
-def _dpo_cases() -> list[Case]:
-    g = _seeded(13)
-    logps = -torch.rand(4, generator=g) * 10
-    policy_c, policy_r = -torch.rand(4, generator=g) * 10, -torch.rand(4, generator=g) * 10
+def _zero_contrast_cases() -> list[Case]:
     return [
-        Case((logps, logps - 1, logps, logps - 1, 0.1), "the policy is the reference: log 2"),
-        Case((policy_c, policy_r, logps, logps - 2, 0.1), "four pairs, beta 0.1"),
-        Case((torch.tensor([-1.0]), torch.tensor([-9.0]), torch.tensor([-4.0]), torch.tensor([-4.0]), 0.5),
-             "one pair, beta 0.5"),
-    ]  # fmt: skip
-
-
-@exercise(
-    "group-advantages",
-    reference=lambda rewards: group_advantages(rewards),
-    hint="per group (row): subtract the row's mean and divide by the row's standard deviation plus 1e-4; "
-    "rewards.std(dim=1, keepdim=True) is Bessel-corrected (divides by G - 1), as TRL's is",
-)
-def _advantage_cases() -> list[Case]:
-    g = _seeded(14)
-    return [
-        Case((torch.tensor([[1.0, 0.0, 0.0, 0.0]]),), "one right answer out of four"),
-        Case((torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]]),), "two questions; all right: 0"),
-        Case((torch.rand(3, 5, generator=g),), "three questions, five answers, real-valued rewards"),
+        Case(([0.5], 2), "one problem, right half the time, groups of 2", 0.5),
+        Case(([0.5], 8), "the same problem, groups of 8", 2 / 2**8),
+        Case(([0.0, 1.0], 8), "never right, always right: no contrast either way", 1.0),
+        Case(([0.1, 0.9, 0.5], 4), "three problems, groups of 4", (0.1**4 + 0.9**4 + 0.9**4 + 0.1**4 + 2 / 16) / 3),
     ]
 
 
 @exercise(
+    "answer-logprob",
+    hint=[
+        "try V = 2, T = 3, prompt_len = 1 and work the answer out by hand: which row of logits holds the "
+        "model's probabilities for ids[1]?",
+        "logits[t] is computed from ids[: t + 1], so it predicts the NEXT token, ids[t + 1]: the answer token "
+        "ids[t] is scored by row t - 1",
+        "the rows prompt_len - 1 to T - 2 against the tokens prompt_len to T - 1, log_softmax over the "
+        "vocabulary, summed; usual mistakes: the rows of the answer itself, the prompt summed too, a mean",
+    ],
+)
+def _answer_logprob_cases() -> list[Case]:
+    g = _seeded(131)
+
+    def answer(logits: torch.Tensor, ids: torch.Tensor, prompt_len: int) -> torch.Tensor:
+        total = torch.zeros((), dtype=logits.dtype)
+        for t in range(prompt_len, len(ids)):  # each answer token, scored by the row before it
+            total = total + logits[t - 1].log_softmax(dim=-1)[ids[t]]
+        return total
+
+    small = torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 3.0]])
+    inputs = [
+        ((small, torch.tensor([1, 0, 1]), 1), "V = 2, T = 3: a prompt of one token, an answer of two"),
+        ((torch.randn(6, 5, generator=g), torch.randint(0, 5, (6,), generator=g), 4), "a prompt of 4 tokens"),
+        ((torch.randn(9, 13, generator=g) * 3, torch.randint(0, 13, (9,), generator=g), 2), "T = 9, V = 13"),
+    ]
+    return [Case(args, note, answer(*args)) for args, note in inputs]
+
+
+@exercise(
+    "ipo-loss",
+    hint=[
+        "compute h for each pair first: the chosen answer's log-ratio to the reference minus the rejected one's",
+        "h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected), with no beta in it; beta only sets "
+        "the target margin 1 / (2 * beta)",
+        "each pair's loss is (h - 1 / (2 * beta)) ** 2, and the loss is their mean, a 0-dim tensor; usual "
+        "mistakes: beta * h inside the square, the sum over pairs, the reference left out",
+    ],
+)
+def _ipo_cases() -> list[Case]:
+    g = _seeded(132)
+    ref_c, ref_r = -torch.rand(4, generator=g) * 10, -torch.rand(4, generator=g) * 10
+    pol_c, pol_r = -torch.rand(4, generator=g) * 10, -torch.rand(4, generator=g) * 10
+    return [
+        Case((ref_c, ref_r, ref_c, ref_r, 0.1), "the policy is the reference: h = 0, loss 5 ** 2", torch.tensor(25.0)),
+        Case((torch.tensor([-1.0]), torch.tensor([-9.0]), torch.tensor([-4.0]), torch.tensor([-4.0]), 0.5),
+             "one pair, h = 8, beta 0.5", torch.tensor(49.0)),
+        Case((torch.tensor([-2.0, -3.0]), torch.tensor([-7.0, -3.0]), torch.tensor([-2.0, -2.0]),
+              torch.tensor([-2.0, -3.0]), 0.1), "two pairs: h = 5 and h = -1", torch.tensor(18.0)),
+        Case((pol_c, pol_r, ref_c, ref_r, 0.25), "four pairs, beta 0.25",
+             (((pol_c - ref_c) - (pol_r - ref_r) - 2.0) ** 2).mean()),
+    ]  # fmt: skip
+
+
+@exercise(
     "addition-checker",
-    reference=addition_reward,
-    hint="compute the sum from the prompt (it looks like '37+45='), reverse its digits with [::-1], and "
-    "compare the whole answer, stripped of surrounding spaces, as a string: int() would accept '028' and '+28'",
+    hint=[
+        "compute the right answer from the prompt first, as a string; then ask what may differ from it",
+        "the prompt looks like '37+45=': split it at '+' and '=', add, and reverse the sum's digits with [::-1]",
+        "compare the whole answer, stripped of surrounding spaces, as a string: int() would accept '028' and "
+        "'+28', 'in' would accept '2828'",
+    ],
+    bans=("course_lib.tasks.addition_reward", "course_lib.tasks.addition_answer"),
 )
 def _checker_cases() -> list[Case]:
     return [
-        Case(("37+45=", "28"), "right: 82 reversed"),
-        Case(("37+45=", " 28\n"), "right, with spaces and a newline around it"),
-        Case(("37+45=", "82"), "the digits in the usual order: wrong"),
-        Case(("37+45=", "2828"), "the right digits twice: a hedge, wrong"),
-        Case(("5+5=", "01"), "right: 10 reversed, the zero first"),
-        Case(("37+45=", "028"), "a leading zero: wrong"),
-        Case(("37+45=", "+28"), "a sign: wrong"),
-        Case(("99+99=", "891"), "right: three digits"),
-        Case(("3+4=", "seven"), "not a number: wrong"),
+        Case(("37+45=", "28"), "right: 82 reversed", 1.0),
+        Case(("37+45=", " 28\n"), "right, with spaces and a newline around it", 1.0),
+        Case(("37+45=", "82"), "the digits in the usual order: wrong", 0.0),
+        Case(("37+45=", "2828"), "the right digits twice: a hedge, wrong", 0.0),
+        Case(("5+5=", "01"), "right: 10 reversed, the zero first", 1.0),
+        Case(("37+45=", "028"), "a leading zero: wrong", 0.0),
+        Case(("37+45=", "+28"), "a sign: wrong", 0.0),
+        Case(("99+99=", "891"), "right: three digits", 1.0),
+        Case(("3+4=", "seven"), "not a number: wrong", 0.0),
     ]
 
 
 # == 14 · Fast inference on a laptop =======================================================
 
 
+def _zero_point_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The expected answers of "int8-zero-point", step by step as the statement says."""
+    low = weight.float().amin(dim=1).clamp(max=0)  # (N,): the range always holds 0
+    high = weight.float().amax(dim=1).clamp(min=0)  # (N,)
+    scale = torch.where(high > low, (high - low) / 255, torch.ones_like(low))  # (N,)
+    zero_point = torch.round(-low / scale).long()  # (N,)
+    q = (torch.round(weight.float() / scale[:, None]) + zero_point[:, None]).clamp(0, 255).to(torch.uint8)
+    return q, scale, zero_point
+
+
 @exercise(
-    "int8-absmax",
-    reference=quantize_int8,
-    hint="one scale per ROW (output channel): scale = weight.abs().amax(dim=1) / 127; q = round(weight / "
-    "scale[:, None]) clamped to [-127, 127], as torch.int8; a row of zeros would divide by 0: give it scale 1",
+    "int8-zero-point",
+    hint=[
+        "one row at a time: which range must the 256 levels cover, and where does 0.0 land on them?",
+        "the range is [min(row min, 0), max(row max, 0)], so scale = (high - low) / 255, and 0.0 sits at the "
+        "level zero_point = round(-low / scale); a row of zeros gets scale 1",
+        "q = round(w / scale) + zero_point, clamped to 0..255, as torch.uint8; usual mistakes: the range "
+        "without 0 (a row of positive weights), 127 or 256 levels, q = round((w - low) / scale)",
+    ],
+    bans=("torch.quantize_per_channel", "torch.quantize_per_tensor"),
 )
-def _absmax_cases() -> list[Case]:
-    g = _seeded(16)
+def _zero_point_cases() -> list[Case]:
+    g = _seeded(141)
+    inputs = [
+        ((torch.tensor([[-1.0, 0.0, 2.0]]),), "one row from -1 to 2: 0.0 is level 85"),
+        ((torch.tensor([[0.2, 1.0, 0.6], [-0.4, -0.2, -1.0]]),), "a row of positive weights, a row of negatives"),
+        ((torch.randn(4, 8, generator=g) * 0.02 + 0.01,), "weights of a trained model's size, off centre"),
+        ((torch.tensor([[0.0, 0.0], [3.0, -1.0]]),), "a row of zeros: scale 1, all at the zero point"),
+    ]
+    return [Case(args, note, _zero_point_int8(*args)) for args, note in inputs]
+
+
+@exercise(
+    "int4-unpack",
+    reference=lambda packed: unpack_int4(packed),
+    hint=[
+        "pack a row of four values by hand, e.g. [1, 2, 3, 4]: which bits of which byte hold each?",
+        "the low four bits of byte j (packed & 15) are column 2j, the high four (packed >> 4) column 2j + 1",
+        "put them back in the order even, odd, even, odd: stack the two on a new last dimension and reshape to "
+        "(N, K); usual mistakes: the high bits first, the evens and the odds side by side (torch.cat)",
+    ],
+    bans=("course_lib.quantization.unpack_int4", "course_lib.quantization.Int4Linear"),
+)
+def _unpack_cases() -> list[Case]:
+    g = _seeded(142)
     return [
-        Case((torch.tensor([[1.0, -2.0, 0.5], [0.25, 0.1, -0.05]]),), "two rows, each its own scale"),
-        Case((torch.randn(4, 8, generator=g) * 0.02,), "weights of a trained model's size"),
-        Case((torch.tensor([[0.0, 0.0], [3.0, -1.0]]),), "a row of zeros: scale 1, all q 0"),
+        Case((torch.tensor([[0x21, 0xF0]], dtype=torch.uint8),), "one row: 0x21 holds 1 (low) and 2 (high)"),
+        Case((torch.tensor([[0x43, 0x00], [0xFF, 0x5A]], dtype=torch.uint8),), "two rows"),
+        Case((torch.randint(0, 256, (3, 8), generator=g).to(torch.uint8),), "(3, 8) bytes: 16 values a row"),
     ]
 
 
 @exercise(
-    "residual-distribution",
-    reference=residual_distribution,
-    hint="take max(0, p - q) element by element (clamp_min(0)), then divide by its sum over the last dim "
-    "(keepdim=True); when the sum is 0 (q == p) nothing is left over: return p",
+    "draft-acceptance",
+    hint=[
+        "a guess x comes with probability q(x) and is then kept with probability min(1, p(x) / q(x)): add "
+        "that up over the vocabulary",
+        "q(x) * min(1, p(x) / q(x)) simplifies: it is min(q(x), p(x)), and it stays right where q(x) = 0 (such "
+        "a token is never proposed), where p / q would not",
+        "so the rate is the sum of min(p, q) over the last dimension, one number per row; usual mistakes: "
+        "q * min(1, p / q) (0 / 0 where q = 0), a mean instead of a sum, 1 - sum |p - q| without the half",
+    ],
 )
-def _residual_cases() -> list[Case]:
+def _acceptance_cases() -> list[Case]:
+    p = torch.tensor([[0.5, 0.2, 0.2, 0.1, 0.0], [0.2, 0.2, 0.2, 0.2, 0.2]])
+    q = torch.tensor([[0.1, 0.1, 0.1, 0.3, 0.4], [0.2, 0.2, 0.2, 0.2, 0.2]])
     return [
-        Case((torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.2, 0.5, 0.3])), "only the first token is left over"),
-        Case((torch.tensor([0.4, 0.4, 0.2]), torch.tensor([0.1, 0.2, 0.7])), "two tokens left over: renormalise"),
-        Case((torch.tensor([[0.7, 0.3], [0.5, 0.5]]), torch.tensor([[0.5, 0.5], [0.9, 0.1]])), "a batch of rows"),
-    ]
+        Case((torch.tensor([0.6, 0.4]), torch.tensor([0.6, 0.4])), "the draft is the target: every guess kept",
+             torch.tensor(1.0)),
+        Case((torch.tensor([0.6, 0.4]), torch.tensor([0.3, 0.7])), "two tokens", torch.tensor(0.7)),
+        Case((torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.25, 0.75, 0.0])), "a token neither proposes",
+             torch.tensor(0.75)),
+        Case((p, q), "a batch of two rows: the second draft is exact", torch.tensor([0.4, 1.0])),
+    ]  # fmt: skip
 
 
 @exercise(
-    "prompt-lookup",
-    reference=lambda ids, k: prompt_lookup(ids, k),
-    hint="for n = 3, 2, 1: take the last n tokens, search for their most recent EARLIER occurrence (starting "
-    "before the end), and return the (up to) k tokens that followed it; the longest n that occurs wins; [] if none",
+    "residual-rows",
+    hint=[
+        "try the function on a batch of two rows (B, V), and on a row where q equals p",
+        "the sum must run over each row's vocabulary only (dim=-1, keepdim=True), and a row with nothing left "
+        "over has a sum of 0: 0 / 0",
+        "where a row's sum is 0, return that row of p (torch.where over the rows); usual mistakes: one sum for "
+        "the whole batch, NaN for q == p, p for the whole batch when one row is left with nothing",
+    ],
+    bans=("course_lib.speculative.residual_distribution",),
 )
-def _lookup_cases() -> list[Case]:
+def _residual_rows_cases() -> list[Case]:
     return [
-        Case(([1, 2, 3, 4, 1, 2], 2), "'1 2' occurred at the start: copy what followed"),
-        Case(([1, 2, 3, 9, 2, 3, 7, 8, 2, 3], 3), "the most recent occurrence wins"),
-        Case(([1, 2, 3], 2), "nothing repeats: []"),
-    ]
+        Case((torch.tensor([0.4, 0.4, 0.2]), torch.tensor([0.1, 0.2, 0.7])), "one row: two tokens left over",
+             torch.tensor([0.6, 0.4, 0.0])),
+        Case((torch.tensor([[0.7, 0.3], [0.5, 0.5]]), torch.tensor([[0.5, 0.5], [0.9, 0.1]])), "a batch of rows",
+             torch.tensor([[1.0, 0.0], [0.0, 1.0]])),
+        Case((torch.tensor([0.3, 0.7]), torch.tensor([0.3, 0.7])), "q == p: nothing left over, p itself",
+             torch.tensor([0.3, 0.7])),
+        Case((torch.tensor([[0.2, 0.8], [0.5, 0.5]]), torch.tensor([[0.2, 0.8], [0.75, 0.25]])),
+             "a batch whose first row has q == p", torch.tensor([[0.2, 0.8], [0.0, 1.0]])),
+    ]  # fmt: skip
 
 
 # == 15 · What the model learned ===========================================================

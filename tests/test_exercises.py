@@ -823,39 +823,62 @@ def test_every_solution_is_shown_to_an_instructor():
     for name in EXERCISES:
         assert solutions.show(name).strip(), name
     assert "def trigram_counts(" in solutions.show("trigram-counts")
-    assert "dpo_loss" in solutions.show("dpo-loss")  # an exercise shown by its reference
+    assert "unpack_int4" in solutions.show("int4-unpack")  # an exercise shown by its reference
+
+
+def test_holm_adjusted_is_statsmodels_holm():
+    from statsmodels.stats.multitest import multipletests
+
+    g = torch.Generator().manual_seed(0)
+    for m in (1, 2, 3, 9, 40):
+        p = (torch.rand(m, generator=g, dtype=torch.float64) ** 3).tolist()
+        assert solutions.holm_adjusted(p) == pytest.approx(list(multipletests(p, method="holm")[1]))
 
 
 # == 13 · Learning from preferences and rewards ============================================
 
 
-def dpo(policy_chosen, policy_rejected, reference_chosen, reference_rejected, beta):
-    chosen = beta * (policy_chosen - reference_chosen)
-    rejected = beta * (policy_rejected - reference_rejected)
-    return -F.logsigmoid(chosen - rejected).mean()
-
-
-SOLUTIONS["dpo-loss"] = dpo
-MISTAKES["dpo-loss"] = [
-    lambda pc, pr, rc, rr, beta: -F.logsigmoid(beta * (pc - pr)).mean(),  # no reference
-    lambda pc, pr, rc, rr, beta: dpo(pr, pc, rr, rc, beta),  # chosen and rejected swapped
-    lambda pc, pr, rc, rr, beta: dpo(pc, pr, rc, rr, 1.0),  # beta left out
-    lambda pc, pr, rc, rr, beta: -F.logsigmoid(beta * ((pc - rc) - (pr - rr))).sum(),  # summed, not averaged
-    lambda pc, pr, rc, rr, beta: -torch.sigmoid(beta * ((pc - rc) - (pr - rr))).mean(),  # sigmoid without the log
+MISTAKES["zero-contrast-share"] = [
+    lambda rates, G: sum((1 - p) ** G for p in rates) / len(rates),  # only the all-wrong groups
+    lambda rates, G: sum(p**G for p in rates) / len(rates),  # only the all-right groups
+    lambda rates, G: (sum(rates) / len(rates)) ** G + (1 - sum(rates) / len(rates)) ** G,  # on the mean rate
+    lambda rates, G: sum(1 - p**G - (1 - p) ** G for p in rates) / len(rates),  # the share WITH contrast
 ]
 
 
-def advantages(rewards):
-    return (rewards - rewards.mean(dim=1, keepdim=True)) / (rewards.std(dim=1, keepdim=True) + 1e-4)
+def buggy_answer_logprob(logits, ids, prompt_len):  # the function the exercise shows
+    logp = F.log_softmax(logits, dim=-1)
+    answer = ids[prompt_len:]
+    return logp[prompt_len:].gather(-1, answer[:, None]).sum()
 
 
-SOLUTIONS["group-advantages"] = advantages
-MISTAKES["group-advantages"] = [
-    lambda r: (r - r.mean()) / (r.std() + 1e-4),  # the whole batch as one group
-    lambda r: r - r.mean(dim=1, keepdim=True),  # not divided by the group's spread
-    lambda r: (r - r.mean(dim=1, keepdim=True)) / r.std(dim=1, keepdim=True),  # no epsilon: 0/0 for equal rewards
-    lambda r: (r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, keepdim=True, unbiased=False) + 1e-4),  # divides by G
+MISTAKES["answer-logprob"] = [
+    buggy_answer_logprob,
+    lambda logits, ids, n: F.log_softmax(logits, -1)[:-1].gather(-1, ids[1:, None]).sum(),  # the prompt too
+    lambda logits, ids, n: F.log_softmax(logits, -1)[n - 1 : -1].gather(-1, ids[n:, None]).mean(),  # a mean
+    lambda logits, ids, n: logits[n - 1 : -1].gather(-1, ids[n:, None]).sum(),  # logits, not log-probabilities
 ]
+
+
+def ipo(pc, pr, rc, rr, beta, scale=1.0, target=None):
+    h = scale * ((pc - rc) - (pr - rr))
+    return ((h - (1 / (2 * beta) if target is None else target)) ** 2).mean()
+
+
+MISTAKES["ipo-loss"] = [
+    lambda pc, pr, rc, rr, beta: ipo(pc, pr, rc, rr, beta, scale=beta),  # beta * h inside the square
+    lambda pc, pr, rc, rr, beta: ((((pc - rc) - (pr - rr)) - 1 / (2 * beta)) ** 2).sum(),  # summed over pairs
+    lambda pc, pr, rc, rr, beta: ipo(pc, pr, torch.zeros_like(rc), torch.zeros_like(rr), beta),  # no reference
+    lambda pc, pr, rc, rr, beta: ipo(pc, pr, rc, rr, beta, target=1 / beta),  # the target margin 1 / beta
+    lambda pc, pr, rc, rr, beta: -F.logsigmoid(beta * ((pc - rc) - (pr - rr))).mean(),  # plain DPO
+]
+
+
+def test_ipo_loss_is_smallest_at_the_target_margin():
+    margins = torch.linspace(0, 10, 101)  # 0.1 apart
+    zero = torch.zeros(101)
+    losses = torch.stack([solutions.ipo_loss(m[None], zero[:1], zero[:1], zero[:1], 0.1) for m in margins])
+    assert margins[losses.argmin()].item() == pytest.approx(5.0) and losses.min().item() == pytest.approx(0.0)
 
 
 def _reversed_sum(prompt):
@@ -863,11 +886,6 @@ def _reversed_sum(prompt):
     return str(int(a) + int(b))[::-1]
 
 
-def addition_checker(prompt, answer):
-    return 1.0 if answer.strip() == _reversed_sum(prompt) else 0.0
-
-
-SOLUTIONS["addition-checker"] = addition_checker
 MISTAKES["addition-checker"] = [
     lambda p, a: 1.0 if _reversed_sum(p) in a else 0.0,  # loose: the digits anywhere
     lambda p, a: 1.0 if a.strip().isdigit() and int(a) == int(_reversed_sum(p)) else 0.0,  # int(): '028' passes
@@ -876,72 +894,104 @@ MISTAKES["addition-checker"] = [
 ]
 
 
+def test_the_addition_checker_is_the_courses_reward():
+    from course_lib.tasks import addition_reward
+
+    for case in EXERCISES["addition-checker"].cases():
+        assert addition_reward(*case.args) == case.expected == solutions.addition_checker(*case.args)
+
+
 # == 14 · Fast inference on a laptop =======================================================
 
 
-def absmax_int8(weight):
-    absmax = weight.abs().amax(dim=1).float()
-    scale = torch.where(absmax > 0, absmax / 127, torch.ones_like(absmax))
-    return torch.round(weight.float() / scale[:, None]).clamp(-127, 127).to(torch.int8), scale
+def zero_point_variant(weight, levels=255, with_zero=True, absmax=False):
+    w = weight.float()
+    low, high = w.amin(dim=1), w.amax(dim=1)
+    if with_zero:
+        low, high = low.clamp(max=0), high.clamp(min=0)
+    if absmax:  # symmetric: the chapter's absmax scale, shifted by 128
+        scale = torch.where(w.abs().amax(1) > 0, w.abs().amax(1) / 127, torch.ones_like(low))
+        zero_point = torch.full_like(low, 128).long()
+    else:
+        scale = torch.where(high > low, (high - low) / levels, torch.ones_like(low))
+        zero_point = torch.round(-low / scale).long()
+    q = (torch.round(w / scale[:, None]) + zero_point[:, None]).clamp(0, 255).to(torch.uint8)
+    return q, scale, zero_point
 
 
-SOLUTIONS["int8-absmax"] = absmax_int8
-MISTAKES["int8-absmax"] = [
-    lambda w: (
-        torch.round(w / (w.abs().max() / 127)).to(torch.int8),
-        (w.abs().max() / 127).expand(w.shape[0]),
-    ),  # one scale
-    lambda w: (torch.round(w / (w.abs().amax(0) / 127)).to(torch.int8), w.abs().amax(0) / 127),  # per column
-    lambda w: (
-        torch.trunc(w / (w.abs().amax(1, keepdim=True) / 127)).to(torch.int8),
-        w.abs().amax(1) / 127,
-    ),  # truncates
-    lambda w: (
-        torch.round(w / (w.abs().amax(1, keepdim=True) / 255)).to(torch.int8),
-        w.abs().amax(1) / 255,
-    ),  # 255 levels
+MISTAKES["int8-zero-point"] = [
+    lambda w: zero_point_variant(w, with_zero=False),  # the row's range without 0
+    lambda w: zero_point_variant(w, levels=256),  # 256 steps: the top weight falls off the grid
+    lambda w: zero_point_variant(w, absmax=True),  # symmetric absmax, shifted by 128
 ]
 
 
-def residual(p, q):
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor, torch.quantize_per_channel")
+def test_int8_zero_point_is_pytorchs_per_channel_affine_quantization():
+    g = torch.Generator().manual_seed(0)
+    for w in (torch.randn(32, 64, generator=g) * 0.05 + 0.02, torch.rand(8, 16, generator=g), -torch.rand(4, 8)):
+        q, scale, zero_point = solutions.int8_zero_point(w)
+        theirs = torch.quantize_per_channel(w, scale.double(), zero_point, 0, torch.quint8).int_repr()
+        assert (theirs.int() - q.int()).abs().max() <= 1 and (theirs == q).float().mean() > 0.99  # ties may round apart
+        w_hat = (q.float() - zero_point[:, None]) * scale[:, None]
+        assert ((w - w_hat).abs() <= scale[:, None] / 2 * (1 + 1e-4)).all()  # within half a step
+        assert (w_hat[w == 0] == 0).all()
+
+
+def unpack(packed):
+    return torch.stack([packed & 15, packed >> 4], dim=-1).reshape(packed.shape[0], -1)
+
+
+SOLUTIONS["int4-unpack"] = unpack
+MISTAKES["int4-unpack"] = [
+    lambda packed: torch.stack([packed >> 4, packed & 15], dim=-1).reshape(packed.shape[0], -1),  # high first
+    lambda packed: torch.cat([packed & 15, packed >> 4], dim=-1),  # the evens, then the odds
+    lambda packed: torch.stack([packed, packed >> 4], dim=-1).reshape(packed.shape[0], -1),  # not masked
+]
+
+
+MISTAKES["draft-acceptance"] = [
+    lambda p, q: (q * torch.clamp(p / q, max=1)).sum(dim=-1),  # 0 / 0 where both are 0
+    lambda p, q: torch.minimum(p, q).mean(dim=-1),  # a mean over the vocabulary
+    lambda p, q: 1 - (p - q).abs().sum(dim=-1),  # the total variation without its half
+    lambda p, q: (p * q).sum(dim=-1),  # both draw the same token
+]
+
+
+def test_the_acceptance_rate_is_what_the_acceptance_rule_does():
+    from course_lib.speculative import accept_draft
+
+    p = torch.tensor([[0.5, 0.2, 0.2, 0.1, 0.0], [0.2, 0.2, 0.2, 0.2, 0.2]])
+    q = torch.tensor([[0.1, 0.1, 0.1, 0.3, 0.4]])
+    g, n = torch.Generator().manual_seed(0), 4000
+    kept = sum(accept_draft(p, q, [int(torch.multinomial(q[0], 1, generator=g))], g)[0] for _ in range(n))
+    rate = solutions.acceptance_rate(p[0], q[0]).item()
+    assert abs(kept / n - rate) < 5 * (rate * (1 - rate) / n) ** 0.5
+
+
+def buggy_residual(p, q):  # the function the exercise shows
     left = (p - q).clamp_min(0)
-    total = left.sum(dim=-1, keepdim=True)
-    return torch.where(total > 0, left / total.clamp_min(1e-30), p)
+    return left / left.sum()
 
 
-SOLUTIONS["residual-distribution"] = residual
-MISTAKES["residual-distribution"] = [
-    lambda p, q: (p - q).clamp_min(0),  # not renormalised
+def residual_if_any_left(p, q):
+    left = (p - q).clamp_min(0)
+    return p if left.sum() == 0 else left / left.sum(dim=-1, keepdim=True)
+
+
+MISTAKES["residual-rows"] = [
+    buggy_residual,
+    lambda p, q: (p - q).clamp_min(0) / (p - q).clamp_min(0).sum(dim=-1, keepdim=True),  # NaN for q == p
+    residual_if_any_left,  # p only when no row has anything left over
     lambda p, q: (p - q).abs() / (p - q).abs().sum(dim=-1, keepdim=True),  # |p - q| instead of max(0, p - q)
-    lambda p, q: (p - q).clamp_min(0) / (p - q).clamp_min(0).sum(),  # one sum over the whole batch
-    lambda p, q: p,  # draws from the target again: rejected tokens come back too often
 ]
 
 
-def lookup(ids, k):
-    for n in range(min(3, len(ids) - 1), 0, -1):
-        for start in range(len(ids) - n - 1, -1, -1):
-            if ids[start : start + n] == ids[-n:]:
-                return ids[start + n : start + n + k]
-    return []
+def test_residual_rows_is_the_courses_residual_distribution():
+    from course_lib.speculative import residual_distribution
 
-
-def lookup_first(ids, k):  # the earliest occurrence instead of the most recent
-    for n in range(min(3, len(ids) - 1), 0, -1):
-        for start in range(len(ids) - n):
-            if ids[start : start + n] == ids[-n:]:
-                return ids[start + n : start + n + k]
-    return []
-
-
-SOLUTIONS["prompt-lookup"] = lookup
-MISTAKES["prompt-lookup"] = [
-    lookup_first,
-    lambda ids, k: next(  # only 1-grams
-        (ids[s + 1 : s + 1 + k] for s in range(len(ids) - 2, -1, -1) if ids[s] == ids[-1]), []
-    ),
-    lambda ids, k: lookup(ids, k)[:1],  # one token only
-]
+    for case in EXERCISES["residual-rows"].cases():
+        assert torch.allclose(residual_distribution(*case.args), case.expected)
 
 
 # == 15 · What the model learned ===========================================================

@@ -712,9 +712,36 @@ def _majority_right() -> list[Case]:
 # == 13 · Learning from preferences and rewards ============================================
 
 
-@hidden("dpo-loss")
-def _dpo() -> list[Case]:
+@hidden("zero-contrast-share")
+def _zero_contrast() -> list[Case]:
     g = _g(20)
+    return [
+        Case(([0.3], 1), "groups of one answer: never any contrast"),
+        Case(([0.177] * 10, 8), "ten problems at the pilot's sampled pass@1"),
+        Case((torch.rand(519, generator=g).tolist(), 8), "519 problems, rates anywhere in [0, 1]"),
+        Case(([0.0, 0.0, 0.5], 16), "two problems never solved, groups of 16"),
+        Case(([0.99, 0.01], 64), "nearly always and nearly never right, groups of 64"),
+    ]
+
+
+@hidden("answer-logprob")
+def _answer_logprob() -> list[Case]:
+    g = _g(21)
+    return [
+        Case((torch.randn(2, 3, generator=g), torch.tensor([2, 0]), 1), "T = 2: one prompt token, one answer token"),
+        Case((torch.randn(10, 7, generator=g), torch.randint(0, 7, (10,), generator=g), 9), "an answer of one token"),
+        Case((torch.randn(5, 4, generator=g) * 1e4, torch.randint(0, 4, (5,), generator=g), 2),
+             "huge logits: log(softmax) would give -inf"),
+        Case((torch.randn(8, 6, generator=g, dtype=torch.float64), torch.randint(0, 6, (8,), generator=g), 3),
+             "float64"),
+        Case((torch.randn(20, 1000, generator=g), torch.randint(0, 1000, (20,), generator=g), 1),
+             "V = 1,000, every token after the first"),
+    ]  # fmt: skip
+
+
+@hidden("ipo-loss")
+def _ipo() -> list[Case]:
+    g = _g(22)
 
     def logps(n, scale=10.0):
         return -torch.rand(n, generator=g) * scale
@@ -722,25 +749,13 @@ def _dpo() -> list[Case]:
     ref_c, ref_r = logps(16), logps(16)
     return [
         Case((logps(16), logps(16), ref_c, ref_r, 0.1), "16 pairs, beta 0.1"),
-        Case((ref_c + 30, ref_r - 30, ref_c, ref_r, 1.0), "the policy far better than the reference: loss near 0"),
-        Case((ref_c - 200, ref_r + 200, ref_c, ref_r, 0.5), "far worse: a large loss, no overflow"),
+        Case((ref_c + 2.5, ref_r - 2.5, ref_c, ref_r, 0.1), "every pair exactly at the margin 5: loss 0"),
+        Case((ref_c + 100, ref_r - 100, ref_c, ref_r, 1.0), "margins far beyond the target: a large loss"),
         Case((torch.tensor([-3.0, -8.0]), torch.tensor([-5.0, -2.0]), torch.tensor([-4.0, -4.0]),
               torch.tensor([-4.0, -6.0]), 2.0), "two pairs, beta 2"),
         Case((logps(8, 50).double(), logps(8, 50).double(), logps(8, 50).double(), logps(8, 50).double(), 0.05),
              "float64, beta 0.05"),
     ]  # fmt: skip
-
-
-@hidden("group-advantages")
-def _advantages() -> list[Case]:
-    g = _g(21)
-    return [
-        Case((torch.tensor([[0.0, 0.0, 0.0]]),), "every answer wrong: all 0"),
-        Case((torch.tensor([[5.0, 5.0], [0.0, 1.0]]),), "groups of two, one of them equal"),
-        Case((torch.rand(8, 16, generator=g) * 100 - 50,), "8 questions, 16 answers, rewards in [-50, 50]"),
-        Case((torch.randint(0, 2, (4, 6), generator=g).float(),), "right or wrong rewards"),
-        Case((torch.tensor([[1e-3, 2e-3, 3e-3, 4e-3]]),), "tiny spread: the epsilon shows"),
-    ]
 
 
 @hidden("addition-checker")
@@ -763,46 +778,67 @@ def _addition_checker() -> list[Case]:
 # == 14 · Fast inference on a laptop =======================================================
 
 
-@hidden("int8-absmax")
-def _absmax() -> list[Case]:
-    g = _g(22)
+@hidden("int8-zero-point")
+def _zero_point() -> list[Case]:
+    g = _g(24)
     return [
-        Case((torch.tensor([[127.0, -63.5, 0.5]]),), "halves round to even"),
         Case((torch.randn(64, 96, generator=g) * 0.05,), "a (64, 96) matrix"),
+        Case((torch.relu(torch.randn(6, 10, generator=g)) + 0.1,), "every weight positive: the zero point is 0"),
+        Case((-torch.rand(3, 5, generator=g) - 0.5,), "every weight negative: the zero point is 255"),
         Case((torch.randn(8, 6, generator=g).T.contiguous()[:, :5] * 3,), "a slice of a transposed matrix"),
         Case((torch.zeros(3, 4),), "all zeros"),
         Case((torch.randn(5, 7, generator=g, dtype=torch.float64),), "float64 weights: float32 scales"),
-        Case((torch.tensor([[1e-8, -3e-8], [1e6, 2.5e5]]),), "tiny and huge rows"),
+        Case((torch.tensor([[0.0, 0.0, 2.0], [1e-6, -3e-6, 2e-6], [1e5, -2.5e4, 0.0]]),), "one weight; tiny; huge"),
     ]
 
 
-@hidden("residual-distribution")
-def _residual() -> list[Case]:
-    g = _g(23)
+@hidden("int4-unpack")
+def _unpack() -> list[Case]:
+    g = _g(25)
+    return [
+        Case((torch.tensor([[0x9C]], dtype=torch.uint8),), "one byte"),
+        Case((torch.full((2, 3), 0xFF, dtype=torch.uint8),), "every value 15"),
+        Case((torch.zeros(4, 2, dtype=torch.uint8),), "every value 0"),
+        Case((torch.randint(0, 256, (64, 48), generator=g).to(torch.uint8),), "a (64, 48) matrix of bytes"),
+        Case((torch.randint(0, 256, (8, 6), generator=g).to(torch.uint8).T,), "a transposed (6, 8): not contiguous"),
+    ]
 
-    def rows(n, v):
-        return torch.softmax(torch.randn(n, v, generator=g) * 2, dim=-1)
 
+@hidden("draft-acceptance")
+def _acceptance() -> list[Case]:
+    g = _g(26)
+
+    def rows(*shape):
+        return torch.softmax(torch.randn(*shape, generator=g) * 2, dim=-1)
+
+    return [
+        Case((torch.tensor([0.2, 0.3, 0.5]), torch.tensor([0.0, 0.0, 1.0])), "a one-hot draft (prompt lookup): p(x)"),
+        Case((torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.0])), "disjoint: never accepted"),
+        Case((rows(6, 10), rows(6, 10)), "six rows of ten tokens"),
+        Case((rows(2, 3, 5), rows(2, 3, 5)), "a (2, 3) batch of rows"),
+        Case((rows(4, 50).double(), rows(4, 50).double()), "float64"),
+        Case((torch.tensor([0.1, 0.4, 0.5]), torch.tensor([0.0, 0.6, 0.4])), "q is 0 where p is not"),
+        Case((torch.tensor([0.0, 0.3, 0.7]), torch.tensor([0.0, 1.0, 0.0])), "one-hot, a token neither gives"),
+    ]
+
+
+@hidden("residual-rows")
+def _residual_rows() -> list[Case]:
+    g = _g(27)
+
+    def rows(*shape):
+        return torch.softmax(torch.randn(*shape, generator=g) * 2, dim=-1)
+
+    same, equal = rows(2, 3, 4), rows(3, 7).double()
+    other = same.clone()
+    other[1, 2] = rows(4)
     return [
         Case((rows(6, 10), rows(6, 10)), "six rows of ten tokens"),
-        Case((torch.tensor([0.3, 0.7]), torch.tensor([0.3, 0.7])), "q == p: nothing left over, p itself"),
         Case((torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.0])), "disjoint: all of p"),
         Case((torch.tensor([0.2, 0.3, 0.5]), torch.tensor([0.0, 0.0, 1.0])), "a one-hot draft (prompt lookup)"),
+        Case((same, other), "a (2, 3) batch: one row differs, five have q == p"),
         Case((rows(2, 3).double(), rows(2, 3).double()), "float64"),
-    ]
-
-
-@hidden("prompt-lookup")
-def _lookup() -> list[Case]:
-    g = _g(24)
-    return [
-        Case(([5, 1, 2, 6, 9, 1, 2], 4), "k longer than what followed: up to the end"),
-        Case(([7, 3, 4, 8, 1, 3, 4], 1), "the 3-gram is new, the 2-gram is not"),
-        Case(([1, 2, 5, 1, 2, 6, 0, 1, 2], 2), "two earlier occurrences: the most recent"),
-        Case(([4, 4, 4], 2), "the match overlaps the end"),
-        Case(([1, 2, 1, 2], 0), "k = 0: nothing"),
-        Case(([9], 3), "one token: nothing to look up"),
-        Case((torch.randint(0, 6, (80,), generator=g).tolist(), 5), "80 random tokens of 6"),
+        Case((equal, equal.clone()), "float64, q == p in every row"),
     ]
 
 

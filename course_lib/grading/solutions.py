@@ -387,6 +387,58 @@ def majority_right(p: float, n: int) -> float:
     return sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n // 2 + 1, n + 1))
 
 
+# == 13 · Learning from preferences and rewards ============================================
+
+
+@solution("zero-contrast-share")
+def zero_contrast_share(pass_rates: list[float], G: int) -> float:
+    return sum(p**G + (1 - p) ** G for p in pass_rates) / len(pass_rates)  # all right, or all wrong
+
+
+@solution("answer-logprob")
+def answer_logprob(logits: torch.Tensor, ids: torch.Tensor, prompt_len: int) -> torch.Tensor:
+    logp = F.log_softmax(logits, dim=-1)  # (T, V): row t predicts ids[t + 1]
+    answer = ids[prompt_len:]  # (T - prompt_len,)
+    return logp[prompt_len - 1 : -1].gather(-1, answer[:, None]).sum()  # each token by the row before it
+
+
+@solution("ipo-loss")
+def ipo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta: float) -> torch.Tensor:
+    h = (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)  # (N,): the log-ratio margin
+    return ((h - 1 / (2 * beta)) ** 2).mean()  # smallest at the margin 1 / (2 beta)
+
+
+@solution("addition-checker")
+def addition_checker(prompt: str, answer: str) -> float:
+    a, b = prompt.rstrip("=").split("+")
+    return 1.0 if answer.strip() == str(int(a) + int(b))[::-1] else 0.0  # the exact string, reversed
+
+
+# == 14 · Fast inference on a laptop =======================================================
+
+
+@solution("int8-zero-point")
+def int8_zero_point(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    w = weight.float()
+    low, high = w.amin(dim=1).clamp(max=0), w.amax(dim=1).clamp(min=0)  # (N,) each: 0 in the range
+    scale = torch.where(high > low, (high - low) / 255, torch.ones_like(low))  # (N,)
+    zero_point = torch.round(-low / scale).long()  # (N,): the level that stands for 0.0
+    q = torch.round(w / scale[:, None]) + zero_point[:, None]  # (N, K)
+    return q.clamp(0, 255).to(torch.uint8), scale, zero_point
+
+
+@solution("draft-acceptance")
+def acceptance_rate(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    return torch.minimum(p, q).sum(dim=-1)  # q(x) min(1, p(x) / q(x)) = min(p(x), q(x)), summed over x
+
+
+@solution("residual-rows")
+def residual_rows(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    left = (p - q).clamp_min(0)  # (..., V)
+    total = left.sum(dim=-1, keepdim=True)  # (..., 1): one sum per row
+    return torch.where(total > 0, left / total.clamp_min(1e-30), p)  # nothing left over: p itself
+
+
 # == 15 · What the model learned ===========================================================
 
 
