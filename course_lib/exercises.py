@@ -642,6 +642,7 @@ def _window_loss_cases() -> list[Case]:
         "usual mistakes: N(context) counted wherever the context occurs (also at the very end, where no token "
         "follows), bits instead of nats, the mean over distinct contexts instead of over positions",
     ],
+    bans=("course_lib.ngram.NGramLanguageModel",),
 )
 def _min_training_loss_cases() -> list[Case]:
     return [

@@ -245,10 +245,17 @@ def min_loss_per_context(ids, c):  # each distinct context's entropy, averaged w
     return sum(entropies) / len(entropies)
 
 
+def min_loss_by_ngram(ids, c):  # right (the n-gram without smoothing is that model), but banned
+    from course_lib.ngram import NGramLanguageModel
+
+    return NGramLanguageModel(order=c + 1, vocab_size=max(ids) + 1, alpha=0).fit(ids).cross_entropy(ids)
+
+
 MISTAKES["min-training-loss"] = [
     min_loss_contexts_anywhere,
     lambda ids, c: SOLUTIONS["min-training-loss"](ids, c) / math.log(2),  # bits
     min_loss_per_context,
+    min_loss_by_ngram,
 ]
 
 MISTAKES["bits-per-character"] = [
