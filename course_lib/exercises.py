@@ -35,8 +35,6 @@ import torch
 import torch.nn.functional as F
 
 from .attention import causal_mask, softmax
-from .evaluation import mean_interval
-from .positional import rope_interleaved, sinusoidal_encoding
 from .quantization import unpack_int4
 
 _FROM_REFERENCE: Any = object()  # a case without its own expected value: the reference answers it
@@ -569,36 +567,104 @@ def _nearest_cases() -> list[Case]:
 
 
 @exercise(
-    "cross-entropy",
-    reference=lambda logits, targets: F.cross_entropy(logits, targets),
-    hint="mean over the batch of logsumexp(logits[i]) - logits[i, targets[i]]; use "
-    "torch.logsumexp (or the max trick) so large logits do not overflow",
+    "label-smoothing",
+    hint=[
+        "the target is now a distribution over all V classes: how much does the true class get, how much "
+        "does every other one?",
+        "-sum_j q_j log p_j splits in two: (1 - eps) times -log p(target), plus eps times the MEAN over all V "
+        "classes of -log p_j; both come from one table of log-probabilities",
+        "log p = logits - logsumexp(logits) per row stays finite for logits like 1000; usual mistakes: eps / (V - 1) "
+        "on the other classes, softmax then log (-inf), the sum over rows instead of the mean",
+    ],
+    bans=("torch.nn.functional.cross_entropy",),
 )
-def _cross_entropy_cases() -> list[Case]:
+def _label_smoothing_cases() -> list[Case]:
     g = _seeded(2)
-    return [
-        Case((torch.tensor([[2.0, 0.0, -1.0]]), torch.tensor([0])), "one prediction"),
-        Case((torch.randn(4, 5, generator=g), torch.tensor([0, 4, 2, 2])), "a batch of 4"),
-        Case((torch.tensor([[1000.0, 0.0], [0.0, 1000.0]]), torch.tensor([1, 1])), "large logits"),
+
+    def answer(logits: torch.Tensor, targets: torch.Tensor, eps: float) -> torch.Tensor:
+        return F.cross_entropy(logits.double(), targets, label_smoothing=eps).to(logits.dtype)  # PyTorch's rule
+
+    inputs = [
+        ((torch.tensor([[2.0, 0.0, -1.0]]), torch.tensor([0]), 0.0), "eps = 0: plain cross-entropy"),
+        ((torch.zeros(2, 4), torch.tensor([1, 3]), 0.3), "equal logits: ln 4 whatever eps"),
+        ((torch.tensor([[1000.0, 0.0, -1000.0]]), torch.tensor([0]), 0.1), "large logits, a confident right answer"),
+        ((torch.randn(5, 7, generator=g) * 2, torch.tensor([0, 6, 2, 2, 5]), 0.2), "a batch of 5, eps 0.2"),
     ]
+    return [Case(args, note, answer(*args)) for args, note in inputs]
 
 
-def _context_windows(idx: torch.Tensor, context: int, pad_id: int) -> torch.Tensor:
-    return F.pad(idx, (context - 1, 0), value=pad_id).unfold(1, context, 1)  # (B, T, c)
+def _window_mean(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The expected answer of a window-losses case, one window at a time."""
+    means = []
+    for row_logits, row_targets in zip(logits, targets):  # (T, V), (T,)
+        real = row_targets != -100
+        log_p = row_logits[real].double().log_softmax(dim=-1)  # (n_real, V)
+        means.append(-log_p[torch.arange(int(real.sum())), row_targets[real]].mean())
+    return torch.stack(means).to(logits.dtype)  # (B,)
 
 
 @exercise(
-    "context-windows",
-    reference=_context_windows,
-    hint="left-pad each row with context - 1 copies of pad_id (F.pad(idx, (context - 1, 0), "
-    "value=pad_id)), then take every window of length context: .unfold(1, context, 1)",
+    "window-losses",
+    hint=[
+        "run the function above on two windows, the second ending in -100 targets: what does F.cross_entropy put "
+        "at a -100 position, and how many positions does mean(dim=1) divide by?",
+        "a -100 position gets a loss of 0 but still counts in the mean: divide each window's sum by its OWN number "
+        "of real targets",
+        "the mask is targets != -100, one count per row; usual mistakes: one count for the whole batch, the mean "
+        "over every position, a scalar instead of one loss per window",
+    ],
 )
-def _context_window_cases() -> list[Case]:
+def _window_loss_cases() -> list[Case]:
+    g = _seeded(3)
+    padded = torch.tensor([[1, 2, 0, 3], [4, 1, -100, -100]])
+    ragged = torch.tensor([[0, 1, 2, 3, 4, 5], [5, 4, 3, -100, -100, -100], [2, -100, -100, -100, -100, -100]])
+    inputs = [
+        ((torch.randn(2, 4, 5, generator=g), torch.tensor([[1, 2, 0, 3], [4, 1, 1, 0]])), "no padding"),
+        ((torch.randn(2, 4, 5, generator=g), padded), "the second window ends in two -100 targets"),
+        ((torch.randn(3, 6, 6, generator=g) * 2, ragged), "three windows, 6, 3 and 1 real targets"),
+    ]
+    return [Case(args, note, _window_mean(*args)) for args, note in inputs]
+
+
+@exercise(
+    "min-training-loss",
+    hint=[
+        "for one context, the best model predicts each next token with the share of times it followed that context "
+        "in this text; what does that give at c = 0?",
+        "count N(context, next) over the positions t = c .. n - 1 (context ids[t - c:t], next ids[t]), and "
+        "N(context) as the sum of N(context, next) over next; the loss is the mean over those positions of "
+        "-ln(N(context, next) / N(context))",
+        "usual mistakes: N(context) counted wherever the context occurs (also at the very end, where no token "
+        "follows), bits instead of nats, the mean over distinct contexts instead of over positions",
+    ],
+    bans=("course_lib.ngram.NGramLanguageModel",),
+)
+def _min_training_loss_cases() -> list[Case]:
     return [
-        Case((torch.tensor([[1, 2, 3, 4]]), 2, 0), "context 2"),
-        Case((torch.tensor([[5, 6, 7], [8, 9, 1]]), 3, 0), "a batch, context 3"),
-        Case((torch.tensor([[1, 2]]), 4, 9), "context longer than the sequence"),
-        Case((torch.tensor([[3, 4, 5]]), 1, 0), "context 1: the token itself"),
+        Case(([0, 1, 0, 1], 0), "c = 0: the frequencies of the tokens themselves", math.log(2)),
+        Case(([0, 1, 0, 1, 0], 1), "c = 1: every context decides its next token", 0.0),
+        Case(([0, 0, 1, 0, 0, 1], 1), "c = 1: after 0, half 0 and half 1", 0.8 * math.log(2)),
+        Case(([1, 2, 3, 1, 2, 4], 2), "c = 2: (1, 2) is followed by 3 once and 4 once", math.log(2) / 2),
+    ]
+
+
+@exercise(
+    "bits-per-character",
+    hint=[
+        "a model with longer tokens has fewer of them: which total is the same for two tokenizers of one text?",
+        "add up the nats of every token, turn the total into bits (divide by ln 2), and divide by the number of "
+        "characters of the whole text",
+        "a ratio of two sums, not a mean of ratios; a token that decodes to no characters still costs its nats; "
+        "usual mistakes: bits per token, each token's bits per character averaged, multiplying by ln 2",
+    ],
+)
+def _bits_per_character_cases() -> list[Case]:
+    ln2 = math.log(2)
+    return [
+        Case(([ln2, ln2, ln2], ["a", "b", "c"]), "one character a token, 1 bit each", 1.0),
+        Case(([2 * ln2, 2 * ln2], ["ab", "c"]), "2 bits a token, 3 characters", 4 / 3),
+        Case(([1.0, 3.0, 0.5], ["the", " ", "cat"]), "4.5 nats for 7 characters", 4.5 / ln2 / 7),
+        Case(([1.0, 1.0], ["", "ab"]), "a token with no characters still costs", 2 / ln2 / 2),
     ]
 
 
@@ -784,29 +850,133 @@ def _previous_token_cases() -> list[Case]:
 # == 06 · Positional encodings =============================================================
 
 
-@exercise(
-    "sinusoidal-encoding",
-    reference=sinusoidal_encoding,
-    hint="angle = pos / 10000 ** (2i / d) for i = 0..d/2-1; even columns get sin(angle), "
-    "odd columns cos(angle) (fill them with pe[:, 0::2] and pe[:, 1::2])",
-)
-def _sinusoidal_cases() -> list[Case]:
-    return [Case((4, 6), "T=4, d=6"), Case((50, 16), "T=50, d=16"), Case((1, 2), "one position, d=2")]
+def _rope_thetas(head_dim: int, base: float) -> torch.Tensor:
+    """theta_i = base ** (-2i / head_dim), in float64: the expected answers of rope-scaling."""
+    return base ** -(torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (D/2,)
 
 
 @exercise(
-    "rope",
-    reference=rope_interleaved,
-    hint="pair dimensions (2i, 2i+1) and rotate each pair by angle = position * 10000 ** (-2i / d): "
-    "x'_2i = x_2i cos - x_2i+1 sin, x'_2i+1 = x_2i sin + x_2i+1 cos",
+    "rope-scaling",
+    hint=[
+        "linear: what happens to every angle position * theta_i when every position is divided by scale? "
+        "NTK: only the base changes; write theta_0 and theta_last with a new base b",
+        "theta_0 = b ** 0 = 1 whatever b is; the last pair, i = D/2 - 1, has theta = b ** (-(D - 2) / D): "
+        "solve b ** (-(D - 2) / D) = 10000 ** (-(D - 2) / D) / scale for b",
+        "b = 10000 * scale ** (D / (D - 2)); usual mistakes: the base times scale (the slowest pair then slows "
+        "by less than scale), linear that multiplies by scale, the exponent upside down",
+    ],
 )
-def _rope_cases() -> list[Case]:
-    g = _seeded(7)
-    return [
-        Case((torch.tensor([[1.0, 0.0], [1.0, 0.0]]), torch.tensor([0, 1])), "d=2: a unit vector at positions 0 and 1"),
-        Case((torch.randn(5, 8, generator=g), torch.arange(5)), "d=8, positions 0..4"),
-        Case((torch.randn(2, 3, 4, generator=g), torch.tensor([7, 8, 9])), "a batch, positions 7..9"),
+def _rope_scaling_cases() -> list[Case]:
+    def answer(head_dim: int, scale: float, method: str) -> torch.Tensor:
+        if method == "linear":
+            return (_rope_thetas(head_dim, 10000.0) / scale).float()
+        return _rope_thetas(head_dim, 10000.0 * scale ** (head_dim / (head_dim - 2))).float()
+
+    inputs = [
+        ((8, 1.0, "ntk"), "scale 1: RoPE's own frequencies"),
+        ((8, 4.0, "linear"), "linear, scale 4"),
+        ((8, 4.0, "ntk"), "NTK, scale 4"),
+        ((64, 8.0, "ntk"), "NTK, D = 64, scale 8"),
     ]
+    return [Case(args, note, answer(*args)) for args, note in inputs]
+
+
+def _alibi_by_loops(slopes: torch.Tensor, T: int) -> torch.Tensor:
+    """The expected answer of an alibi-bias case, entry by entry."""
+    bias = torch.zeros(len(slopes), T, T, dtype=slopes.dtype)  # (H, T, T)
+    for h in range(len(slopes)):
+        for i in range(T):  # the query
+            for j in range(i + 1):  # the keys at or before it
+                bias[h, i, j] = -slopes[h] * (i - j)
+    return bias
+
+
+@exercise(
+    "alibi-bias",
+    hint=[
+        "print the buggy bias for one head and T = 4: where are its non-zero entries, and which of them does the "
+        "causal mask keep?",
+        "rows are queries i and columns keys j: a key j <= i lies i - j positions back; the function above "
+        "measures j - i, which is positive only for FUTURE keys, so after the causal mask no bias is left",
+        "-slope * (i - j) where j <= i, 0 where j > i, one (T, T) table per head; usual mistakes: the sign "
+        "(far keys favoured), |i - j| (future entries not 0), one position too many",
+    ],
+    bans=("course_lib.positional.alibi_bias",),
+)
+def _alibi_bias_cases() -> list[Case]:
+    inputs = [
+        ((torch.tensor([0.5]), 3), "one head, T = 3"),
+        ((torch.tensor([0.25, 0.0625]), 4), "two heads, T = 4"),
+        ((torch.tensor([0.5, 0.25, 0.125, 0.0625]), 1), "T = 1: nothing to look back on"),
+    ]
+    return [Case(args, note, _alibi_by_loops(*args)) for args, note in inputs]
+
+
+def _stretched_by_loops(table: torch.Tensor, new_length: int) -> torch.Tensor:
+    """The expected answer of a stretch-positions case, row by row."""
+    L = table.shape[0]
+    rows = []
+    for p in range(new_length):
+        x = p * (L - 1) / (new_length - 1)  # the old position this row stands for
+        low = min(int(math.floor(x)), L - 2)
+        w = x - low  # 0 at row low, 1 at row low + 1
+        rows.append((1 - w) * table[low].double() + w * table[low + 1].double())
+    return torch.stack(rows).to(table.dtype)  # (new_length, C)
+
+
+@exercise(
+    "stretch-positions",
+    hint=[
+        "row p of the new table stands for an old position x that is usually not a whole number: which two old "
+        "rows lie either side of it?",
+        "x = p * (L - 1) / (new_length - 1), so the first and last rows map to the first and last; mix rows "
+        "floor(x) and floor(x) + 1 with weights 1 - (x - floor(x)) and x - floor(x)",
+        "at the last row x = L - 1 exactly: there is no row L, take the last row itself; usual mistakes: "
+        "x = p * L / new_length (the ends move), the nearest row instead of a mix, interpolating along C",
+    ],
+    bans=("torch.nn.functional.interpolate",),
+)
+def _stretch_positions_cases() -> list[Case]:
+    g = _seeded(8)
+    inputs = [
+        ((torch.tensor([[0.0, 10.0], [2.0, 20.0]]), 3), "two rows to three: the middle is their mean"),
+        ((torch.tensor([[0.0], [1.0], [4.0]]), 5), "three rows to five"),
+        ((torch.randn(4, 3, generator=g), 4), "the same length: unchanged"),
+        ((torch.randn(8, 5, generator=g), 3), "shrinking, eight rows to three"),
+    ]
+    return [Case(args, note, _stretched_by_loops(*args)) for args, note in inputs]
+
+
+def _reach_by_loop(slope: float, T: int, share: float) -> int:
+    """The expected answer of an alibi-reach case: add the weights from the nearest key back."""
+    weights = [math.exp(-slope * k) for k in range(T)]  # k positions back, equal raw scores
+    total, running = sum(weights), 0.0
+    for r, w in enumerate(weights, start=1):
+        running += w
+        if running >= share * total:
+            return r
+    return T
+
+
+@exercise(
+    "alibi-reach",
+    hint=[
+        "with equal raw scores, the bias alone sets the weights: what is the weight of the key k positions back, "
+        "before the softmax divides?",
+        "exp(-slope * k) for k = 0 (the query itself) .. T - 1; divide by their sum over all T keys, then add "
+        "them up from k = 0 until the total reaches share",
+        "the answer is how many keys you added (1 .. T), an int; usual mistakes: adding from the oldest key, the "
+        "sum of an infinite series (T ignored), a count one too small",
+    ],
+)
+def _alibi_reach_cases() -> list[Case]:
+    inputs = [
+        ((0.0, 10, 0.55), "slope 0: equal weights"),
+        ((10.0, 10, 0.99), "a steep slope: the query itself"),
+        ((0.5, 64, 0.9), "slope 1/2, 64 keys, 90%"),
+        ((0.0625, 64, 0.5), "slope 1/16, 64 keys, half the weight"),
+    ]
+    return [Case(args, note, _reach_by_loop(*args)) for args, note in inputs]
 
 
 # == 07 · The transformer block and the GPT model ==========================================
@@ -1069,67 +1239,93 @@ def _distinct_cases() -> list[Case]:
 # == 10 · Fine-tuning for classification ===================================================
 
 
-def _last_token_pooling(features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    return features[torch.arange(features.shape[0]), lengths - 1]  # (B, T, C) -> (B, C)
+def _mean_pooled(features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The expected answer of a mean-pooling case, row by row."""
+    return torch.stack([features[b, : int(n)].mean(dim=0) for b, n in enumerate(lengths)])  # (B, C)
 
 
 @exercise(
-    "last-token-pooling",
-    reference=_last_token_pooling,
-    hint="row b's last real token sits at position lengths[b] - 1 (positions count from 0); pick it "
-    "for every row at once with features[torch.arange(B), lengths - 1]. Position -1 is padding "
-    "whenever the row was padded",
+    "mean-pooling",
+    hint=[
+        "which positions of row b are real tokens, and how many are there?",
+        "row b's real tokens are positions 0 .. lengths[b] - 1: a (B, T) mask, positions < lengths[:, None], "
+        "zeroes the padding; divide each row's sum by its own length",
+        "usual mistakes: the mean over all T positions (padding included), the sum of the real tokens divided by "
+        "T, one position too few",
+    ],
 )
-def _pooling_cases() -> list[Case]:
+def _mean_pooling_cases() -> list[Case]:
     g = _seeded(12)
-    return [
-        Case((torch.randn(3, 5, 4, generator=g), torch.tensor([5, 2, 3])), "rows padded by 0, 3 and 2 tokens"),
-        Case((torch.randn(2, 4, 3, generator=g), torch.tensor([4, 4])), "no padding at all"),
-        Case((torch.randn(2, 6, 2, generator=g), torch.tensor([1, 6])), "a one-token text beside a full one"),
+    inputs = [
+        (
+            (torch.tensor([[[1.0, 2.0], [3.0, 4.0], [9.0, 9.0]]]), torch.tensor([2])),
+            "one text: two real tokens, one pad",
+        ),
+        ((torch.randn(3, 5, 4, generator=g), torch.tensor([5, 2, 3])), "rows padded by 0, 3 and 2 tokens"),
+        ((torch.randn(2, 6, 2, generator=g), torch.tensor([1, 6])), "a one-token text beside a full one"),
     ]
-
-
-def _lora_forward(x, weight, bias, lora_A, lora_B, alpha: float, r: int) -> torch.Tensor:
-    return x @ weight.T + bias + (alpha / r) * (x @ lora_A.T) @ lora_B.T
+    return [Case(args, note, _mean_pooled(*args)) for args, note in inputs]  # fmt: skip
 
 
 @exercise(
-    "lora-forward",
-    reference=_lora_forward,
-    hint="the frozen layer x @ weight.T + bias, plus the low-rank path (x @ lora_A.T) @ lora_B.T "
-    "scaled by alpha / r (not alpha, not r / alpha)",
+    "wilson-interval",
+    hint=[
+        "the condition has the unknown p on both sides: square it; what kind of equation in p do you get?",
+        "(k/n - p)^2 = z^2 p (1 - p) / n is a quadratic in p: collect its terms as a p^2 + b p + c = 0; its two "
+        "roots are the two ends",
+        "usual mistakes: the standard error taken at k/n instead of at p (that is the Wald interval, of width 0 "
+        "at 0 of n), a term of z^2 / n forgotten, the ends returned high first",
+    ],
+    bans=("course_lib.evaluation.wilson_interval", "course_lib.evaluation.accuracy_text"),
 )
-def _lora_cases() -> list[Case]:
-    g = _seeded(13)
-    x, w, b = torch.randn(2, 3, 6, generator=g), torch.randn(5, 6, generator=g), torch.randn(5, generator=g)
-    a, bb = torch.randn(2, 6, generator=g), torch.randn(5, 2, generator=g)
+def _wilson_cases() -> list[Case]:
     return [
-        Case((x, w, b, a, torch.zeros(5, 2), 16.0, 2), "B = 0: exactly the frozen layer"),
-        Case((x, w, b, a, bb, 16.0, 2), "rank 2, alpha 16: the update is scaled by 8"),
-        Case((x, w, b, a, bb, 2.0, 2), "alpha = r: scale 1"),
+        Case((5, 10), "5 of 10: symmetric about 0.5", (0.23659, 0.76341)),
+        Case((0, 10), "none right: the low end is 0, the high end is not", (0.0, 0.27754)),
+        Case((69, 135), "the head alone on validation", (0.427654, 0.593954)),
+        Case((10, 10), "all right", (0.72246, 1.0)),
     ]
 
 
-def _paired_difference(a: list[float], b: list[float]) -> tuple[float, float, float]:
-    mean, (low, high) = mean_interval([x - y for x, y in zip(a, b)])
-    return mean, low, high
+@exercise(
+    "last-real-token",
+    hint=[
+        "draw a row of 2 real tokens in a window of 5, padded on the left, then on the right: where is its last "
+        "real token each time?",
+        "padding on the left pushes every row's text to the END of the window, whatever its length; on the "
+        "right the text starts at 0 and its last token depends on the length",
+        "usual mistakes: lengths - 1 for both sides, position -1 for both sides, T - lengths (the FIRST real "
+        "token of a left-padded row)",
+    ],
+)
+def _last_real_cases() -> list[Case]:
+    f = torch.arange(5 * 5 * 2, dtype=torch.float32).view(5, 5, 2)  # (B=5, T=5, C=2): every entry different
+    lengths = torch.tensor([5, 2, 3, 1, 4])
+    rows = torch.arange(5)
+    return [
+        Case((f, lengths, "right"), "right-padded", f[rows, torch.tensor([4, 1, 2, 0, 3])]),
+        Case((f, lengths, "left"), "the same lengths, left-padded", f[rows, torch.tensor([4, 4, 4, 4, 4])]),
+        Case((f[:2, :4], torch.tensor([4, 4]), "left"), "no padding at all", f[:2, 3]),
+        Case((f[:2], torch.tensor([1, 5]), "right"), "a one-token text beside a full one", f[[0, 1], [0, 4]]),
+    ]
 
 
 @exercise(
-    "paired-difference",
-    reference=_paired_difference,
-    hint="take d = a[i] - b[i] for every item; the difference is the mean of d, its interval the mean "
-    "± t × s / sqrt(n): s is the sample standard deviation of d (divided by n - 1: statistics.stdev), t is "
-    "t_quantile(0.95, n - 1), 2.36 for 8 items. Not the two accuracies' own spreads: pairing is the point",
+    "macro-f1",
+    hint=[
+        "one F1 per class, then their plain mean: which classes take part?",
+        "for class k: TP texts of class k predicted k, FP other texts predicted k, FN texts of class k predicted "
+        "something else; F1 = 2 TP / (2 TP + FP + FN); average over every class in labels or predictions",
+        "a class never predicted right has F1 = 0 and still counts; usual mistakes: the accuracy, only the "
+        "classes of the labels, the F1 of the mean precision and mean recall, a mean weighted by class size",
+    ],
 )
-def _paired_cases() -> list[Case]:
-    g = _seeded(15)
-    a = 4.0 + 0.1 * torch.randn(8, generator=g)  # 8 windows' mean losses of model A
-    b = a - 0.02 + 0.03 * torch.randn(8, generator=g)  # model B on the same windows
+def _macro_f1_cases() -> list[Case]:
     return [
-        Case(([1, 1, 0, 1, 0], [0, 1, 0, 0, 0]), "A alone right on two of five items"),
-        Case(([1, 0, 1, 1], [1, 0, 1, 1]), "the same answers: no difference and no spread"),
-        Case(([round(x, 4) for x in a.tolist()], [round(x, 4) for x in b.tolist()]), "8 windows' losses"),
+        Case(([0, 1, 2], [0, 1, 2]), "every answer right", 1.0),
+        Case(([0, 0, 0, 0], [0, 0, 1, 2]), "always class 0", (4 / 6 + 0 + 0) / 3),
+        Case(([0, 1, 1, 0], [0, 1, 0, 1]), "two classes, half right", 0.5),
+        Case(([2, 0, 1], [0, 0, 1]), "a class that only the predictions have", (2 / 3 + 1 + 0) / 3),
     ]
 
 

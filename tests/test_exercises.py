@@ -189,29 +189,80 @@ MISTAKES["nearest-tokens"] = [
 # == 03 · The MLP language model ===========================================================
 
 
-def cross_entropy(logits, targets):
-    return (torch.logsumexp(logits, dim=-1) - logits[torch.arange(len(targets)), targets]).mean()
+def smoothed_other_classes(logits, targets, eps):  # eps / (V - 1) on every other class, none on the true one
+    V = logits.shape[-1]
+    q = torch.full_like(logits, eps / (V - 1)).scatter(-1, targets[:, None], 1 - eps)  # (N, V)
+    return -(q * logits.log_softmax(-1)).sum(-1).mean()
 
 
-SOLUTIONS["cross-entropy"] = cross_entropy
-MISTAKES["cross-entropy"] = [
-    lambda z, y: -torch.softmax(z, -1)[torch.arange(len(y)), y].log().mean(),  # -inf for large logits
-    lambda z, y: (torch.logsumexp(z, -1) - z[torch.arange(len(y)), y]).sum(),  # sum, not mean
-    lambda z, y: (torch.logsumexp(z, -1) - z[:, 0]).mean(),  # wrong target column
+def smoothed_via_softmax(logits, targets, eps):  # log of a softmax: log 0 = -inf for large logits
+    q = torch.full_like(logits, eps / logits.shape[-1])
+    q[torch.arange(len(targets)), targets] += 1 - eps
+    return -(q * torch.softmax(logits, -1).log()).sum(-1).mean()
+
+
+MISTAKES["label-smoothing"] = [
+    lambda z, y, eps: SOLUTIONS["label-smoothing"](z, y, 0.0),  # no smoothing at all
+    smoothed_other_classes,
+    smoothed_via_softmax,
+    lambda z, y, eps: SOLUTIONS["label-smoothing"](z, y, eps) * len(y),  # the sum over rows
+    lambda z, y, eps: F.cross_entropy(z, y, label_smoothing=eps),  # right, but banned
 ]
 
 
-def context_windows(idx, context, pad_id):
-    B, T = idx.shape
-    padded = torch.cat([torch.full((B, context - 1), pad_id), idx], dim=1)
-    return torch.stack([padded[:, t : t + context] for t in range(T)], dim=1)
+def window_losses_as_shown(logits, targets):  # the function the exercise shows
+    losses = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
+    return losses.mean(dim=1)
 
 
-SOLUTIONS["context-windows"] = context_windows
-MISTAKES["context-windows"] = [
-    lambda idx, c, p: context_windows(idx, c, 0),  # ignores pad_id
-    lambda idx, c, p: torch.cat([idx, torch.full((idx.shape[0], c - 1), p)], 1).unfold(1, c, 1),  # pads on the right
-    lambda idx, c, p: context_windows(idx, c, p).flip(-1),  # reversed order
+def window_losses_one_count(logits, targets):  # every window divided by the whole batch's count
+    losses = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    return losses.sum(dim=1) / (targets != -100).sum()
+
+
+MISTAKES["window-losses"] = [
+    window_losses_as_shown,
+    window_losses_one_count,
+    lambda z, y: F.cross_entropy(z.flatten(0, 1), y.flatten()),  # one number for the batch
+]
+
+
+def min_loss_contexts_anywhere(ids, c):  # N(context) also counts a context with no token after it
+    from collections import Counter
+
+    pairs = Counter((tuple(ids[t - c : t]), ids[t]) for t in range(c, len(ids)))
+    contexts = Counter(tuple(ids[t - c : t]) for t in range(c, len(ids) + 1))
+    return sum(n * -math.log(n / contexts[ctx]) for (ctx, _), n in pairs.items()) / (len(ids) - c)
+
+
+def min_loss_per_context(ids, c):  # each distinct context's entropy, averaged without weights
+    from collections import Counter
+
+    pairs = Counter((tuple(ids[t - c : t]), ids[t]) for t in range(c, len(ids)))
+    by_context = {}
+    for (ctx, _), n in pairs.items():
+        by_context.setdefault(ctx, []).append(n)
+    entropies = [sum(-n / sum(ns) * math.log(n / sum(ns)) for n in ns) for ns in by_context.values()]
+    return sum(entropies) / len(entropies)
+
+
+def min_loss_by_ngram(ids, c):  # right (the n-gram without smoothing is that model), but banned
+    from course_lib.ngram import NGramLanguageModel
+
+    return NGramLanguageModel(order=c + 1, vocab_size=max(ids) + 1, alpha=0).fit(ids).cross_entropy(ids)
+
+
+MISTAKES["min-training-loss"] = [
+    min_loss_contexts_anywhere,
+    lambda ids, c: SOLUTIONS["min-training-loss"](ids, c) / math.log(2),  # bits
+    min_loss_per_context,
+    min_loss_by_ngram,
+]
+
+MISTAKES["bits-per-character"] = [
+    lambda losses, texts: sum(losses) / math.log(2) / len(losses),  # bits per token
+    lambda losses, texts: sum(x / math.log(2) / len(t) for x, t in zip(losses, texts)) / len(texts),  # mean of ratios
+    lambda losses, texts: sum(losses) * math.log(2) / sum(len(t) for t in texts),  # times ln 2
 ]
 
 
@@ -298,45 +349,73 @@ MISTAKES["previous-token-score"] = [
 # == 06 · Positional encodings =============================================================
 
 
-def sinusoidal(T, d):
-    pe = torch.zeros(T, d)
-    for pos in range(T):
-        for i in range(0, d, 2):
-            pe[pos, i] = math.sin(pos / 10000 ** (i / d))
-            pe[pos, i + 1] = math.cos(pos / 10000 ** (i / d))
-    return pe
+def rope_frequencies_with_base(head_dim, base):
+    return base ** -(torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
 
 
-SOLUTIONS["sinusoidal-encoding"] = sinusoidal
-MISTAKES["sinusoidal-encoding"] = [
-    lambda T, d: sinusoidal(T, d)[
-        :, torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
-    ],  # halves, not interleaved
-    lambda T, d: torch.stack([sinusoidal(T, d)[:, 1::2], sinusoidal(T, d)[:, 0::2]], -1).flatten(1),  # cos first
-    lambda T, d: sinusoidal(T + 1, d)[1:],  # positions start at 1
+MISTAKES["rope-scaling"] = [
+    lambda d, s, m: (
+        rope_frequencies_with_base(d, 1e4) / s if m == "linear" else rope_frequencies_with_base(d, 1e4 * s)
+    ).float(),  # NTK: the base times scale
+    lambda d, s, m: SOLUTIONS["rope-scaling"](d, 1 / s, m) if m == "linear" else SOLUTIONS["rope-scaling"](d, s, m),
+    lambda d, s, m: (
+        rope_frequencies_with_base(d, 1e4) / s
+        if m == "linear"
+        else rope_frequencies_with_base(d, 1e4 * s ** ((d - 2) / d))
+    ).float(),  # the exponent upside down
+    lambda d, s, m: SOLUTIONS["rope-scaling"](d, s, "linear"),  # NTK taken for linear
 ]
 
 
-def rope(x, positions):
-    d = x.shape[-1]
-    theta = 10000 ** (-torch.arange(0, d, 2).float() / d)
-    angle = positions[:, None].float() * theta  # (T, d/2)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    out = torch.stack([x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()], dim=-1)
-    return out.flatten(-2)
+def alibi_as_shown(slopes, T):  # the function the exercise shows: j - i, future keys only
+    position = torch.arange(T)
+    distance = (position[None, :] - position[:, None]).clamp(min=0)  # (T, T)
+    return -slopes[:, None, None] * distance
 
 
-SOLUTIONS["rope"] = rope
-MISTAKES["rope"] = [
-    lambda x, p: rope(x, p + 1),  # off by one position
-    lambda x, p: rope(x, -p),  # rotates the wrong way (the sign slip)
-    lambda x, p: torch.stack(
-        [
-            x[..., 0::2] * (p[:, None] * 10000 ** (-torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])).cos(),
-            x[..., 1::2] * (p[:, None] * 10000 ** (-torch.arange(0, x.shape[-1], 2).float() / x.shape[-1])).cos(),
-        ],
-        -1,
-    ).flatten(-2),  # scales, no rotation
+def alibi_absolute(slopes, T):  # |i - j|: the future gets a bias too
+    position = torch.arange(T)
+    return -slopes[:, None, None] * (position[:, None] - position[None, :]).abs()
+
+
+MISTAKES["alibi-bias"] = [
+    alibi_as_shown,
+    lambda slopes, T: -SOLUTIONS["alibi-bias"](slopes, T),  # the sign: far keys favoured
+    alibi_absolute,
+    lambda slopes, T: SOLUTIONS["alibi-bias"](slopes, T) - slopes[:, None, None] * torch.ones(T, T).tril(),  # i - j + 1
+]
+
+
+def stretch_ends_move(table, new_length):  # x = p * L / new_length: the last row is never reached
+    L = table.shape[0]
+    x = torch.arange(new_length, dtype=torch.float64) * L / new_length
+    low = x.floor().long().clamp(max=L - 2)
+    w = (x - low).clamp(max=1).to(table.dtype)[:, None]
+    return (1 - w) * table[low] + w * table[low + 1]
+
+
+def stretch_nearest(table, new_length):  # the nearest row, no mix
+    x = torch.arange(new_length, dtype=torch.float64) * (table.shape[0] - 1) / (new_length - 1)
+    return table[x.round().long()]
+
+
+MISTAKES["stretch-positions"] = [
+    stretch_ends_move,
+    stretch_nearest,
+    lambda table, n: F.interpolate(table.T[None], size=n, mode="linear", align_corners=True)[0].T,  # banned
+]
+
+
+def reach_from_oldest(slope, T, share):  # adds the weights from the first key in the window
+    weights = torch.exp(-slope * torch.arange(T, dtype=torch.float64)).flip(0)
+    mass = (weights / weights.sum()).cumsum(0)
+    return int((mass < share).sum()) + 1
+
+
+MISTAKES["alibi-reach"] = [
+    reach_from_oldest,
+    lambda slope, T, share: math.ceil(math.log(1 - share) / -slope),  # an infinite past: T ignored
+    lambda slope, T, share: SOLUTIONS["alibi-reach"](slope, T, share) - 1,  # the index, not the count
 ]
 
 
@@ -468,62 +547,75 @@ MISTAKES["distinct-n"] = [
 # == 10 · Fine-tuning for classification ===================================================
 
 
-def last_token_pooling(features, lengths):
-    return torch.stack([features[b, int(n) - 1] for b, n in enumerate(lengths)])
+def mean_pooling_over_t(features, lengths):  # the masked sum divided by T, not by the length
+    real = torch.arange(features.shape[1]) < lengths[:, None]
+    return (features * real[..., None]).sum(1) / features.shape[1]
 
 
-SOLUTIONS["last-token-pooling"] = last_token_pooling
-MISTAKES["last-token-pooling"] = [
-    lambda features, lengths: features[:, -1],  # position -1: padding in padded rows
-    lambda features, lengths: features[torch.arange(len(lengths)), lengths.clamp(max=features.shape[1] - 1)],
-    lambda features, lengths: features.mean(dim=1),  # averages padding in
+MISTAKES["mean-pooling"] = [
+    lambda features, lengths: features.mean(dim=1),  # padding averaged in
+    mean_pooling_over_t,
+    lambda features, lengths: SOLUTIONS["mean-pooling"](features, (lengths - 1).clamp(min=1)),  # one token too few
 ]
 
 
-def lora_forward(x, weight, bias, lora_A, lora_B, alpha, r):
-    delta = (alpha / r) * lora_B @ lora_A  # (out, in): the merged update
-    return x @ (weight + delta).T + bias
+def exercises_evaluation():  # the module whose functions some exercises ban
+    from course_lib import evaluation
+
+    return evaluation
 
 
-SOLUTIONS["lora-forward"] = lora_forward
-MISTAKES["lora-forward"] = [
-    lambda x, w, b, A, B, alpha, r: x @ w.T + b + alpha * (x @ A.T) @ B.T,  # forgets the 1 / r
-    lambda x, w, b, A, B, alpha, r: x @ w.T + b + (r / alpha) * (x @ A.T) @ B.T,  # upside down
-    lambda x, w, b, A, B, alpha, r: (alpha / r) * (x @ A.T) @ B.T,  # only the update, no frozen layer
+def wald(correct, n, z=1.96):  # the standard error at k/n: the interval Wilson's replaces
+    p = correct / n
+    half = z * math.sqrt(p * (1 - p) / n)
+    return max(0.0, p - half), min(1.0, p + half)
+
+
+def wilson_with(correct, n, z2):
+    p = correct / n
+    a, b, c = 1 + z2 / n, -(2 * p + z2 / n), p * p
+    root = math.sqrt(max(b * b - 4 * a * c, 0.0))
+    return (-b - root) / (2 * a), (-b + root) / (2 * a)
+
+
+MISTAKES["wilson-interval"] = [
+    wald,
+    lambda k, n: tuple(reversed(SOLUTIONS["wilson-interval"](k, n))),  # high first
+    lambda k, n: wilson_with(k, n, z2=1.96),  # z where the formula has z squared
+    lambda k, n: exercises_evaluation().wilson_interval(k, n),  # right, but banned
 ]
 
 
-def paired(a, b, t=None):
-    from scipy import stats
-
-    d = [x - y for x, y in zip(a, b)]
-    n, mean = len(d), sum(d) / len(d)
-    t = stats.t.ppf(0.975, n - 1) if t is None else t
-    half = t * math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n)
-    return mean, mean - half, mean + half
+def last_real_both(features, lengths, side, position):
+    return features[torch.arange(len(lengths)), position(lengths, features.shape[1])]
 
 
-def unpaired(a, b):  # each accuracy's own spread, as if the items were different ones
-    pa, pb, n = sum(a) / len(a), sum(b) / len(b), len(a)
-    half = 1.96 * math.sqrt(pa * (1 - pa) / n + pb * (1 - pb) / n)
-    return pa - pb, pa - pb - half, pa - pb + half
+MISTAKES["last-real-token"] = [
+    lambda f, lengths, side: last_real_both(f, lengths, side, lambda n, T: n - 1),  # lengths - 1 on both sides
+    lambda f, lengths, side: f[:, -1],  # position -1 on both sides
+    lambda f, lengths, side: (
+        last_real_both(f, lengths, side, lambda n, T: T - n)
+        if side == "left"
+        else SOLUTIONS["last-real-token"](f, lengths, side)
+    ),  # the first real token of a left-padded row
+]
 
 
-SOLUTIONS["paired-difference"] = paired
-MISTAKES["paired-difference"] = [
-    unpaired,  # the overlap-style interval: ignores that the items are shared
-    lambda a, b: paired(a, b, t=1.96),  # the normal z: too narrow for 8 windows
-    lambda a, b: tuple(-x for x in paired(a, b)[::-1]),  # B - A
-    lambda a, b: (
-        lambda m, lo, hi: (
-            m,
-            m - (m - lo) * math.sqrt((len(a) - 1) / len(a)),
-            m + (hi - m) * math.sqrt((len(a) - 1) / len(a)),
-        )
-    )(*paired(a, b)),  # divides by n
-    lambda a, b: (lambda m, lo, hi: (m, m - (m - lo) * math.sqrt(len(a)), m + (hi - m) * math.sqrt(len(a))))(
-        *paired(a, b)
-    ),  # the spread of one item, not of the mean
+def macro_f1_of_means(predictions, labels):  # the F1 of the mean precision and the mean recall
+    classes = sorted(set(labels) | set(predictions))
+    pairs = list(zip(predictions, labels))
+    precision = [sum(p == y == k for p, y in pairs) / max(1, sum(p == k for p, _ in pairs)) for k in classes]
+    recall = [sum(p == y == k for p, y in pairs) / max(1, sum(y == k for _, y in pairs)) for k in classes]
+    P, R = sum(precision) / len(classes), sum(recall) / len(classes)
+    return 2 * P * R / (P + R) if P + R else 0.0
+
+
+MISTAKES["macro-f1"] = [
+    lambda predictions, labels: sum(p == y for p, y in zip(predictions, labels)) / len(labels),  # the accuracy
+    lambda predictions, labels: SOLUTIONS["macro-f1"](
+        [p if p in labels else labels[0] for p in predictions], labels
+    ),  # only the labels' classes (a predicted-only class dropped)
+    macro_f1_of_means,
 ]
 
 

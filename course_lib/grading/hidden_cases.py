@@ -20,6 +20,7 @@ never occur in the visible cases (token ids that do not start at 0, a pad id oth
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -233,28 +234,59 @@ def _nearest() -> list[Case]:
 # == 03 · The MLP language model ===========================================================
 
 
-@hidden("cross-entropy")
-def _cross_entropy() -> list[Case]:
+@hidden("label-smoothing")
+def _label_smoothing() -> list[Case]:
     g = _g(6)
     return [
-        Case((torch.randn(64, 100, generator=g) * 3, torch.randint(0, 100, (64,), generator=g)), "64 x 100"),
-        Case((torch.tensor([[1e4, -1e4, 0.0]]), torch.tensor([1])), "huge logits, the least likely target"),
-        Case((torch.tensor([[-1000.0, -1001.0], [-1000.0, -999.0]]), torch.tensor([1, 0])), "very negative"),
-        Case((torch.randn(5, 4, generator=g), torch.tensor([3, 3, 3, 3, 3])), "every target the last class"),
-        Case((torch.randn(3, 1, generator=g), torch.tensor([0, 0, 0])), "one class: loss 0"),
-        Case((torch.randn(4, 6, generator=g, dtype=torch.float64), torch.tensor([5, 1, 0, 2])), "float64"),
+        Case((torch.randn(64, 100, generator=g) * 3, torch.randint(0, 100, (64,), generator=g), 0.1), "64 x 100"),
+        Case((torch.tensor([[1e4, -1e4, 0.0]]), torch.tensor([1]), 0.1), "huge logits, the least likely target"),
+        Case((torch.randn(3, 5, generator=g), torch.tensor([4, 4, 4]), 1.0), "eps = 1: the uniform target alone"),
+        Case((torch.randn(3, 1, generator=g), torch.tensor([0, 0, 0]), 0.5), "one class: loss 0"),
+        Case((torch.randn(4, 6, generator=g, dtype=torch.float64), torch.tensor([5, 1, 0, 2]), 0.05), "float64"),
     ]
 
 
-@hidden("context-windows")
-def _context() -> list[Case]:
+@hidden("window-losses")
+def _window_losses() -> list[Case]:
     g = _g(7)
+    targets = torch.randint(0, 20, (8, 16), generator=g)
+    for b, n in enumerate([16, 1, 5, 9, 16, 2, 15, 3]):
+        targets[b, n:] = -100
+    inner = torch.tensor([[3, -100, 4, -100]])  # -100 inside a window, not only at its end
     return [
-        Case((torch.randint(1, 30, (3, 10), generator=g), 5, 0), "B=3, T=10, context 5"),
-        Case((torch.tensor([[1, 2, 3, 4]]), 3, 7), "pad id 7"),
-        Case((torch.tensor([[5], [6]]), 3, 0), "one token per row"),
-        Case((torch.tensor([[1, 2, 3]]), 3, 0), "context = T"),
-        Case((torch.randint(0, 99, (8, 32), generator=g), 8, 99), "B=8, T=32, context 8, pad 99"),
+        Case((torch.randn(8, 16, 20, generator=g), targets), "eight windows of random lengths"),
+        Case((torch.randn(1, 4, 6, generator=g), inner), "-100 inside the window"),
+        Case((torch.randn(1, 1, 3, generator=g), torch.tensor([[2]])), "one window of one token"),
+        Case((torch.randn(2, 3, 4, generator=g, dtype=torch.float64), torch.tensor([[0, 1, -100], [2, 3, 0]])),
+             "float64"),
+    ]  # fmt: skip
+
+
+@hidden("min-training-loss")
+def _min_training_loss() -> list[Case]:
+    g = _g(8)
+    ids = torch.randint(0, 4, (300,), generator=g).tolist()
+    return [
+        Case((ids, 0), "300 random ids, c = 0"),
+        Case((ids, 2), "300 random ids, c = 2"),
+        Case((ids, 6), "300 random ids, c = 6: most contexts seen once"),
+        Case(([5, 5, 5, 5], 1), "one token repeated: 0"),
+        Case(([7, 8], 1), "one position"),
+        Case(([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], 0), "ids that do not start at 0"),
+    ]
+
+
+@hidden("bits-per-character")
+def _bits_per_character() -> list[Case]:
+    g = _g(9)
+    losses = (torch.rand(50, generator=g) * 4).tolist()
+    texts = ["x" * int(n) for n in torch.randint(0, 6, (50,), generator=g)]
+    texts[0] = "ok"  # at least one character in all
+    return [
+        Case((losses, texts), "50 tokens of 0 to 5 characters"),
+        Case(([0.0, 0.0], ["a", "b"]), "a perfect model: 0 bits"),
+        Case(([5.0], ["héllo"]), "one token, one non-ASCII character"),
+        Case(([math.log(2) * 8] * 4, ["abcd"] * 4), "8 bits for 4 characters, four times"),
     ]
 
 
@@ -366,25 +398,49 @@ def _previous_token() -> list[Case]:
 # == 06 · Positional encodings =============================================================
 
 
-@hidden("sinusoidal-encoding")
-def _sinusoidal() -> list[Case]:
+@hidden("rope-scaling")
+def _rope_scaling() -> list[Case]:
     return [
-        Case((64, 64), "T=64, d=64"),
-        Case((1, 64), "one position, d=64"),
-        Case((100, 2), "T=100, d=2"),
-        Case((10, 128), "T=10, d=128"),
+        Case((4, 2.0, "ntk"), "D = 4: two pairs"),
+        Case((4, 2.0, "linear"), "D = 4, linear"),
+        Case((128, 4.0, "ntk"), "D = 128, NTK"),
+        Case((128, 16.0, "linear"), "D = 128, linear, scale 16"),
+        Case((16, 1.0, "linear"), "scale 1, linear: unchanged"),
+        Case((32, 2.5, "ntk"), "a scale that is not a whole number"),
     ]
 
 
-@hidden("rope")
-def _rope() -> list[Case]:
+@hidden("alibi-bias")
+def _alibi_bias() -> list[Case]:
+    return [
+        Case((torch.tensor([1.0]), 1), "one head, T = 1"),
+        Case((torch.tensor([2 ** (-8 / 8 * (h + 1)) for h in range(8)]), 16), "eight heads, T = 16"),
+        Case((torch.tensor([0.3, 0.7, 0.1]), 5), "slopes in no order"),
+        Case((torch.tensor([0.5, 0.25], dtype=torch.float64), 6), "float64 slopes"),
+    ]
+
+
+@hidden("stretch-positions")
+def _stretch_positions() -> list[Case]:
     g = _g(12)
     return [
-        Case((torch.randn(4, 6, generator=g), torch.tensor([0, 5, 30, 3])), "positions out of order"),
-        Case((torch.randn(4, 2, generator=g), torch.arange(4)), "d=2"),
-        Case((torch.randn(4, 6, 16, generator=g), torch.arange(6)), "(B, T, D) = (4, 6, 16)"),
-        Case((torch.randn(2, 3, 5, 8, generator=g), torch.arange(5)), "(B, H, T, D) = (2, 3, 5, 8)"),
-        Case((torch.randn(3, 32, generator=g), torch.tensor([0, 0, 0])), "position 0: unchanged"),
+        Case((torch.randn(64, 16, generator=g), 256), "64 positions to 256"),
+        Case((torch.randn(2, 4, generator=g), 2), "two rows, unchanged"),
+        Case((torch.randn(5, 3, generator=g), 2), "five rows to the first and last"),
+        Case((torch.randn(10, 6, generator=g, dtype=torch.float64), 7), "float64, ten rows to seven"),
+        Case((torch.randn(8, 3, generator=g).T.contiguous().T, 20), "a non-contiguous table"),
+    ]
+
+
+@hidden("alibi-reach")
+def _alibi_reach() -> list[Case]:
+    return [
+        Case((0.25, 64, 0.9), "head 0 of four, 64 keys"),
+        Case((0.00390625, 256, 0.9), "head 3 of four, 256 keys"),
+        Case((0.0625, 256, 0.5), "head 1 of four, 256 keys"),
+        Case((0.0, 1, 1.0), "one key"),
+        Case((0.0, 64, 0.999), "slope 0, nearly all the weight: every key"),
+        Case((1.0, 100, 0.3), "a share below the query's own weight"),
     ]
 
 
@@ -549,43 +605,54 @@ def _distinct() -> list[Case]:
 # == 10 · Fine-tuning for classification ===================================================
 
 
-@hidden("last-token-pooling")
-def _pooling() -> list[Case]:
+@hidden("mean-pooling")
+def _mean_pooling() -> list[Case]:
     g = _g(17)
     return [
         Case((torch.randn(3, 4, 2, generator=g), torch.tensor([1, 1, 1])), "every text one token long"),
-        Case((torch.randn(1, 5, 3, generator=g), torch.tensor([3])), "one row, padded"),
         Case((torch.randn(16, 32, 8, generator=g), torch.randint(1, 33, (16,), generator=g)), "16 random lengths"),
         Case((torch.randn(2, 3, 4, generator=g), torch.tensor([2, 3], dtype=torch.int32)), "int32 lengths"),
+        Case((torch.randn(2, 5, 3, generator=g, dtype=torch.float64), torch.tensor([4, 2])), "float64"),
+        Case((torch.full((1, 3, 2), 1e4), torch.tensor([3])), "large equal values"),
     ]
 
 
-@hidden("lora-forward")
-def _lora() -> list[Case]:
-    g = _g(18)
-
-    def r(*shape):
-        return torch.randn(*shape, generator=g)
-
+@hidden("wilson-interval")
+def _wilson() -> list[Case]:
     return [
-        Case((r(4, 6), r(3, 6), r(3), r(1, 6), r(3, 1), 1.0, 1), "rank 1, a (N, in) input"),
-        Case((r(2, 5, 32), r(16, 32), r(16), r(8, 32), r(16, 8), 16.0, 8), "rank 8, alpha 16"),
-        Case((r(3, 6), r(5, 6), r(5), r(4, 6), r(5, 4), 1.0, 4), "alpha 1, r 4: scale 1/4"),
-        Case((r(2, 6), r(5, 6), r(5), r(2, 6), r(5, 2), 0.5, 2), "alpha below r"),
+        Case((1, 1), "one text, right"),
+        Case((0, 1), "one text, wrong"),
+        Case((46, 65), "46 of 65"),
+        Case((999, 1000), "999 of 1000"),
+        Case((3, 7), "3 of 7"),
+        Case((130, 130), "all 130 test texts"),
     ]
 
 
-@hidden("paired-difference")
-def _paired() -> list[Case]:
+@hidden("last-real-token")
+def _last_real() -> list[Case]:
+    g = _g(31)
+    f, lengths = torch.randn(6, 9, 4, generator=g), torch.tensor([9, 1, 4, 7, 2, 9])
+    return [
+        Case((f, lengths, "left"), "six left-padded rows"),
+        Case((f, lengths, "right"), "six right-padded rows"),
+        Case((f[:1], torch.tensor([3]), "right"), "one row"),
+        Case((f[:3].double(), torch.tensor([2, 2, 2]), "left"), "float64, equal lengths"),
+        Case((f[:2], torch.tensor([9, 5], dtype=torch.int32), "right"), "int32 lengths"),
+    ]
+
+
+@hidden("macro-f1")
+def _macro_f1() -> list[Case]:
     g = _g(19)
-    a = (torch.rand(1000, generator=g) < 0.4).int().tolist()
-    b = [1 - x if k % 7 == 0 else x for k, x in enumerate(a)]
+    labels = torch.randint(0, 6, (130,), generator=g).tolist()
+    noisy = [y if k % 3 else (y + 1) % 6 for k, y in enumerate(labels)]
     return [
-        Case(([0, 1, 0, 0, 1, 0], [1, 1, 1, 0, 1, 1]), "B better: a negative difference"),
-        Case(([1, 0] * 6, [0, 1] * 6), "they disagree on every item, half each way"),
-        Case(([1] * 30 + [0] * 20, [1] * 25 + [0] * 25), "A right wherever B is, and on 5 more"),
-        Case((a, b), "1,000 items, one in seven answered the other way"),
-        Case(([1.0, 0.5, 0.0, 1.0], [0.5, 0.5, 0.5, 0.0]), "scores that are not 0 or 1: the same rule"),
+        Case(([1] * 130, labels), "always one area, 130 texts"),
+        Case((noisy, labels), "a third wrong, six classes"),
+        Case(([3], [3]), "one text, right"),
+        Case(([2], [5]), "one text, wrong: two classes at 0"),
+        Case(([4, 4, 7, 7], [4, 7, 4, 7]), "class ids that do not start at 0"),
     ]
 
 

@@ -152,6 +152,40 @@ def nearest_tokens(weight: torch.Tensor, token: int, k: int) -> list[int]:
     return similarity.topk(k).indices.tolist()
 
 
+# == 03 · The MLP language model ===========================================================
+
+
+@solution("label-smoothing")
+def smoothed_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, eps: float) -> torch.Tensor:
+    log_p = logits - torch.logsumexp(logits, dim=-1, keepdim=True)  # (N, V): finite for large logits
+    nll = -log_p[torch.arange(len(targets)), targets]  # (N,): the true class
+    uniform = -log_p.mean(dim=-1)  # (N,): eps is spread over all V classes, the true one included
+    return ((1 - eps) * nll + eps * uniform).mean()
+
+
+@solution("window-losses")
+def window_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    losses = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T): 0 at -100
+    real = (targets != -100).sum(dim=1)  # (B,): each window's own number of targets
+    return losses.sum(dim=1) / real
+
+
+@solution("min-training-loss")
+def min_training_loss(ids: list[int], c: int) -> float:
+    pairs = Counter((tuple(ids[t - c : t]), ids[t]) for t in range(c, len(ids)))  # N(context, next)
+    contexts = Counter()  # N(context): only where a next token follows
+    for (context, _), n in pairs.items():
+        contexts[context] += n
+    total = sum(n * -math.log(n / contexts[context]) for (context, _), n in pairs.items())
+    return total / (len(ids) - c)  # the mean over positions, in nats
+
+
+@solution("bits-per-character")
+def bits_per_character(token_losses: list[float], token_texts: list[str]) -> float:
+    bits = sum(token_losses) / math.log(2)  # the whole text's code length
+    return bits / sum(len(t) for t in token_texts)  # a ratio of sums: every character counts once
+
+
 # == 04 · Self-attention ===================================================================
 
 
@@ -208,6 +242,41 @@ def mha_parameters(d_model: int, n_heads: int) -> int:
 @solution("previous-token-score")
 def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
     return torch.diagonal(weights, offset=-1, dim1=-2, dim2=-1).mean(dim=-1)  # (...,): mean of w[i, i - 1]
+
+
+# == 06 · Positional encodings =============================================================
+
+
+@solution("rope-scaling")
+def scaled_rope_frequencies(head_dim: int, scale: float, method: str) -> torch.Tensor:
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim  # (D/2,): 2i / D
+    if method == "linear":
+        return (10000.0**-exponents / scale).float()  # every position divided by scale
+    base = 10000.0 * scale ** (head_dim / (head_dim - 2))  # the last pair slowed by exactly scale
+    return (base**-exponents).float()
+
+
+@solution("alibi-bias")
+def alibi_bias(slopes: torch.Tensor, T: int) -> torch.Tensor:
+    position = torch.arange(T)
+    back = (position[:, None] - position[None, :]).clamp(min=0)  # (T, T): query i minus key j, 0 for the future
+    return -slopes[:, None, None] * back  # (H, T, T)
+
+
+@solution("stretch-positions")
+def stretch_positions(table: torch.Tensor, new_length: int) -> torch.Tensor:
+    L = table.shape[0]
+    x = torch.arange(new_length, dtype=torch.float64) * (L - 1) / (new_length - 1)  # (N,): old positions
+    low = x.floor().long().clamp(max=L - 2)  # (N,): the row before; the last row mixes L - 2 and L - 1
+    w = (x - low).to(table.dtype)[:, None]  # (N, 1): the share of the row after
+    return (1 - w) * table[low] + w * table[low + 1]  # (N, C)
+
+
+@solution("alibi-reach")
+def alibi_reach(slope: float, T: int, share: float) -> int:
+    weights = torch.exp(-slope * torch.arange(T, dtype=torch.float64))  # (T,): nearest key first
+    mass = (weights / weights.sum()).cumsum(0)  # (T,): the weight of the r nearest keys
+    return min(T, int((mass < share).sum()) + 1)  # rounding may leave the last sum a hair below 1
 
 
 # == 07 · The transformer block and the GPT model ==========================================
@@ -303,6 +372,42 @@ def repetition_penalty(logits: torch.Tensor, previous: list[int], penalty: float
 def distinct_n(tokens: list[int], n: int) -> float:
     grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
     return len(set(grams)) / len(grams)
+
+
+# == 10 · Fine-tuning for classification ===================================================
+
+
+@solution("mean-pooling")
+def mean_pooling(features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    real = torch.arange(features.shape[1]) < lengths[:, None]  # (B, T): True at real tokens
+    total = (features * real[..., None]).sum(dim=1)  # (B, C): padding zeroed
+    return total / lengths[:, None].to(features.dtype)
+
+
+@solution("wilson-interval")
+def wilson(correct: int, n: int) -> tuple[float, float]:
+    z, p = 1.96, correct / n
+    a, b, c = 1 + z * z / n, -(2 * p + z * z / n), p * p  # (p - k/n)^2 = z^2 p (1 - p) / n, collected
+    root = math.sqrt(max(b * b - 4 * a * c, 0.0))
+    return (-b - root) / (2 * a), (-b + root) / (2 * a)
+
+
+@solution("last-real-token")
+def last_real_token(features: torch.Tensor, lengths: torch.Tensor, side: str) -> torch.Tensor:
+    if side == "left":
+        return features[:, -1]  # (B, C): left padding ends every row at the last position
+    return features[torch.arange(len(lengths)), lengths.long() - 1]  # (B, C): row b ends at lengths[b] - 1
+
+
+@solution("macro-f1")
+def macro_f1(predictions: list[int], labels: list[int]) -> float:
+    scores = []
+    for k in sorted(set(labels) | set(predictions)):
+        tp = sum(p == k and y == k for p, y in zip(predictions, labels))
+        fp = sum(p == k and y != k for p, y in zip(predictions, labels))
+        fn = sum(p != k and y == k for p, y in zip(predictions, labels))
+        scores.append(2 * tp / (2 * tp + fp + fn))
+    return sum(scores) / len(scores)
 
 
 # == 11 · Instruction fine-tuning ==========================================================
