@@ -1297,6 +1297,7 @@ def _wilson_cases() -> list[Case]:
         "usual mistakes: lengths - 1 for both sides, position -1 for both sides, T - lengths (the FIRST real "
         "token of a left-padded row)",
     ],
+    bans=("course_lib.classification.last_real_token",),
 )
 def _last_real_cases() -> list[Case]:
     f = torch.arange(5 * 5 * 2, dtype=torch.float32).view(5, 5, 2)  # (B=5, T=5, C=2): every entry different

@@ -117,6 +117,8 @@ def test_self_checked_exercises(path):
             assert "not attempted yet" in text and "expected" not in text and "hint" not in text, (
                 "an exercise is stored as a student finds it: no case, no answer, no hint"
             )
+        for name in re.findall(r'check\("([a-z0-9-]+)"', cell.source):
+            assert f"{name}:" in text, f"the stored verdict is of another exercise than {name!r}: re-execute"
 
 
 def course_lib_names(fn) -> set[str]:
