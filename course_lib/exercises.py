@@ -1444,8 +1444,8 @@ def _bradley_terry_cases() -> list[Case]:
         "turn it around: what is the chance that k samples drawn from the n contain NO right one?",
         "k drawn without replacement from n, of which n - c are wrong: all k are wrong in C(n - c, k) of the "
         "C(n, k) ways (math.comb)",
-        "pass@k = 1 - C(n - c, k) / C(n, k), a float; C(n - c, k) is 0 when fewer than k samples are wrong. "
-        "The usual mistake, 1 - (1 - c / n) ** k, draws with replacement and is biased low",
+        "pass@k is the chance of the opposite, as a float (math.comb gives 0 when fewer than k samples are "
+        "wrong). The usual mistake, 1 - (1 - c / n) ** k, draws with replacement and is biased low",
     ],
 )
 def _pass_at_k_cases() -> list[Case]:
@@ -1464,8 +1464,8 @@ def _pass_at_k_cases() -> list[Case]:
         "which items say anything about which of the two is better? Count only those",
         "the items both get right, or both wrong, do not enter; of the d items where they disagree, A alone is "
         "right on some: under 'no difference' each disagreement is a fair coin, a binomial(d, 1/2)",
-        "two-sided: 2 x the chance of a split at least as uneven as the smaller count, "
-        "sum over k <= min of C(d, k) / 2 ** d, capped at 1; no disagreement at all: 1.0",
+        "two-sided: the chance of a split at least as uneven as the one seen, in either direction (a tail on "
+        "each side), capped at 1; no disagreement at all: 1.0",
     ],
     bans=(
         "course_lib.evaluation.mcnemar_p",
