@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib import exercises
+from course_lib import evaluation, exercises
 from course_lib.exercises import EXERCISES, BannedFunction, Case, banned, check, exercise
 from course_lib.generation import filter_logits
 from course_lib.grading import solutions
@@ -559,12 +559,6 @@ MISTAKES["mean-pooling"] = [
 ]
 
 
-def exercises_evaluation():  # the module whose functions some exercises ban
-    from course_lib import evaluation
-
-    return evaluation
-
-
 def wald(correct, n, z=1.96):  # the standard error at k/n: the interval Wilson's replaces
     p = correct / n
     half = z * math.sqrt(p * (1 - p) / n)
@@ -582,7 +576,7 @@ MISTAKES["wilson-interval"] = [
     wald,
     lambda k, n: tuple(reversed(SOLUTIONS["wilson-interval"](k, n))),  # high first
     lambda k, n: wilson_with(k, n, z2=1.96),  # z where the formula has z squared
-    lambda k, n: exercises_evaluation().wilson_interval(k, n),  # right, but banned
+    lambda k, n: evaluation.wilson_interval(k, n),  # right, but banned
 ]
 
 
