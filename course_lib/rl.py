@@ -276,6 +276,12 @@ def group_advantages(rewards: torch.Tensor, scale: bool = True, eps: float = 1e-
             f"a group of {rewards.shape[1]} answer has no baseline to compare with: sample at least 2 per question"
         )
     rewards = rewards.float()
+    if not torch.isfinite(rewards).all():
+        bad = (~torch.isfinite(rewards)).nonzero()[0].tolist()
+        raise ValueError(
+            f"reward {rewards[bad[0], bad[1]].item()} at question {bad[0]}, answer {bad[1]}: every reward must be "
+            "a finite number (a NaN or an infinity would make its whole group's advantages NaN)"
+        )
     advantages = rewards - rewards.mean(dim=1, keepdim=True)  # (Q, G)
     if scale:
         advantages = advantages / (rewards.std(dim=1, keepdim=True) + eps)  # (Q, G)

@@ -107,6 +107,11 @@ def test_group_advantages_refuse_bad_input():
         group_advantages(torch.ones(4, 1))
     with pytest.raises(ValueError, match="questions, answers per question"):
         group_advantages(torch.ones(8))
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        rewards = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+        rewards[1, 0] = bad
+        with pytest.raises(ValueError, match=rf"reward {bad} at question 1, answer 0: .* must be a finite number"):
+            group_advantages(rewards)
 
 
 # -- the GRPO objective ----------------------------------------------------------------------------

@@ -75,7 +75,8 @@ def export_cases(path: str | Path) -> Path:
     if path.exists():
         raise FileExistsError(f"{path} exists; export to a new file (your own cases are never overwritten)")
     seed = secrets.randbelow(10**9)
-    source, changed = re.subn(r"^SEED = \d+", f"SEED = {seed}", DEMO_CASES.read_text(encoding="utf-8"), 1, re.M)
+    demo = DEMO_CASES.read_text(encoding="utf-8")
+    source, changed = re.subn(r"^SEED = \d+", f"SEED = {seed}", demo, count=1, flags=re.M)  # by name: 3.13 warns
     if not changed:
         raise RuntimeError("course_lib/grading/hidden_cases.py has no 'SEED = ...' line to change")
     head = (
