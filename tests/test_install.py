@@ -56,11 +56,11 @@ def test_a_clone_by_git_for_windows_holds_every_file_as_committed(tmp_path):
     assert made.returncode == 0, made.stderr
     checkout = git("checkout", "--quiet", "--detach", head, cwd=clone)
     assert checkout.returncode == 0, checkout.stderr
-    # each tracked file: its line ends as committed (i/) and as checked out (w/)
+    assert load_from(clone, cwd=clone) == clone.resolve() / "course_lib"
+    # and every other tracked file: its line ends as committed (i/) and as checked out (w/)
     eol = [line.split(maxsplit=3) for line in git("ls-files", "--eol", cwd=clone).stdout.splitlines()]
     changed = [f"{path} ({index} -> {work})" for index, work, _, path in eol if work[2:] != index[2:]]
     assert len(eol) > 100 and not changed, f"converted on checkout: {changed[:10]}"
-    assert load_from(clone, cwd=clone) == clone.resolve() / "course_lib"
 
 
 def normalized(name: str) -> str:
