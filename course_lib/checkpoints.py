@@ -9,9 +9,9 @@ in a flat layout plus a header of text metadata. Loading one never runs code, un
   data, results);
 - a **checkpoint** (:func:`save_checkpoint` / :func:`load_checkpoint`): the weights under
   ``model.``, the state of **any** torch optimizer (its tensors under ``optimizer.``, its
-  parameter groups and scalars as JSON), every device's random state under ``rng.``, the step,
-  the model's config under ``config`` and whatever JSON-ready ``extra`` the caller keeps
-  (the Trainer keeps its config and history there).
+  parameter groups and scalars as JSON), the random state of the CPU and of the model's GPU
+  under ``rng.``, the step, the model's config under ``config`` and whatever JSON-ready
+  ``extra`` the caller keeps (the Trainer keeps its config and history there).
 
 Both accept a path or a binary file object. Paths are written to a temporary name and
 renamed, so a crash mid-write leaves the previous file (or none), never half of one. A tied
@@ -32,7 +32,7 @@ import torch.nn as nn
 
 from .files import atomic_write
 from .model import GPT, GPTConfig, load_weights, weight_tensors
-from .runtime import rng_state, set_rng_state
+from .runtime import model_device, rng_state, set_rng_state
 
 MODEL_FORMAT = "course_lib-model v1"
 CHECKPOINT_FORMAT = "course_lib-checkpoint v2"
@@ -172,7 +172,8 @@ def save_checkpoint(
     ``optimizer`` may be any torch optimizer with any number of parameter groups; its tensors
     (AdamW's moments, SGD's momentum...) are stored as tensors, the rest as JSON. ``extra`` is
     any JSON-ready dict (a history, a config, notes). ``rng=True`` keeps the random state of
-    the CPU and of every GPU, so dropout after resuming draws what it would have drawn.
+    the CPU and, for a model on a GPU, of the GPU's generators, so dropout after resuming draws
+    what it would have drawn.
     """
     tensors = {f"model.{name}": t for name, t in weight_tensors(model).items()}
     metadata = {"format": CHECKPOINT_FORMAT, "step": json.dumps(int(step)), "extra": json.dumps(extra or {})}
@@ -190,7 +191,7 @@ def save_checkpoint(
             {"type": type(optimizer).__name__, "param_groups": state["param_groups"], "scalars": scalars}
         )
     if rng:
-        tensors.update({f"rng.{device}": s for device, s in rng_state().items()})
+        tensors.update({f"rng.{device}": s for device, s in rng_state(model_device(model)).items()})
     write_file(target, tensors, metadata)
 
 

@@ -180,14 +180,17 @@ def native_bf16(device: torch.device) -> bool:
     return False
 
 
-def rng_state() -> dict[str, torch.Tensor]:
-    """Every random state torch draws from: the CPU's and each GPU's (dropout on CUDA draws
-    from the GPU's own generator, so a checkpoint needs it to resume exactly)."""
+def rng_state(device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+    """Every random state that work on ``device`` (default :func:`get_device`) draws from: the CPU's,
+    and the GPU's own generators when ``device`` is one (dropout on CUDA draws from them, so a
+    checkpoint needs them to resume exactly): each CUDA GPU's, or MPS's. A GPU the course does not use
+    adds nothing, so a checkpoint of the CPU's training holds the same tensors on a Mac or a GPU server."""
+    kind = torch.device(device).type if device is not None else get_device().type
     state = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
+    if kind == "cuda":
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             state[f"cuda.{i}"] = s
-    if _available("mps"):
+    elif kind == "mps":
         state["mps"] = torch.mps.get_rng_state()
     return state
 

@@ -145,25 +145,34 @@ def test_checkpoints_refuse_another_optimizer_layout_and_damaged_files(tmp_path,
         load_checkpoint(tmp_path / "weights-only.safetensors", fresh_model(), adamw)
 
 
-def test_checkpoints_keep_every_devices_random_state(monkeypatch, tmp_path, fresh_model):
-    """Dropout on a GPU draws from the GPU's generator: a checkpoint keeps each device's state."""
+def test_checkpoints_keep_the_random_state_of_the_devices_they_train_on(monkeypatch, tmp_path, fresh_model):
+    """Dropout on a GPU draws from the GPU's generators: the random state holds them when the work is
+    on that GPU, and only then. A model trained on the CPU of a Mac or of a GPU server is checkpointed
+    with the CPU's state alone, as anywhere else (notebook 08 counts the tensors)."""
     gpu_states = [torch.tensor([1, 2, 3], dtype=torch.uint8), torch.tensor([4, 5], dtype=torch.uint8)]
+    mps_state = torch.tensor([6, 7], dtype=torch.uint8)
     restored = {}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: gpu_states)
     monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: restored.__setitem__(device, state))
-    model = fresh_model()
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.mps, "get_rng_state", lambda: mps_state)
+    monkeypatch.setattr(torch.mps, "set_rng_state", lambda state: restored.__setitem__("mps", state))
+    model = fresh_model()  # on the CPU
     save_checkpoint(tmp_path / "ck.safetensors", model)
-    assert {"rng.cpu", "rng.cuda.0", "rng.cuda.1"} <= set(safetensors.torch.load_file(tmp_path / "ck.safetensors"))
+    assert [k for k in safetensors.torch.load_file(tmp_path / "ck.safetensors") if k.startswith("rng.")] == ["rng.cpu"]
+    assert list(runtime.rng_state(torch.device("cuda", 0))) == ["cpu", "cuda.0", "cuda.1"]
+    assert list(runtime.rng_state("mps")) == ["cpu", "mps"] and list(runtime.rng_state("cpu")) == ["cpu"]
     cpu_state = torch.get_rng_state()
     torch.rand(10)
-    load_checkpoint(tmp_path / "ck.safetensors", model)
+    runtime.set_rng_state(runtime.rng_state("cuda") | runtime.rng_state("mps") | {"cpu": cpu_state})
     assert torch.equal(torch.get_rng_state(), cpu_state)
     assert torch.equal(restored[0], gpu_states[0]) and torch.equal(restored[1], gpu_states[1])
+    assert torch.equal(restored["mps"], mps_state)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # resumed on a machine with one GPU
     restored.clear()
-    runtime.set_rng_state(runtime.rng_state() | {"cuda.1": gpu_states[1]})
+    runtime.set_rng_state(runtime.rng_state("cuda"))
     assert list(restored) == [0]
 
 

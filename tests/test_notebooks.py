@@ -1,7 +1,6 @@
 """Hygiene of the stored notebooks: the checks nbval does not make."""
 
 import ast
-import configparser
 import inspect
 import re
 import textwrap
@@ -9,6 +8,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nbval.plugin import get_sanitize_patterns
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -318,13 +318,21 @@ def test_nothing_asserts_on_a_measured_time(path):
 # --------------------------------------------------------------------------------------
 
 
+SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"
+
+
 def sanitize(text: str) -> str:
-    """Apply tests/nbval_sanitize.cfg the way nbval does."""
-    config = configparser.ConfigParser(interpolation=None)
-    config.read(ROOT / "tests" / "nbval_sanitize.cfg", encoding="utf-8")
-    for section in config.sections():
-        text = re.sub(config[section]["regex"], config[section]["replace"], text)
+    """Apply tests/nbval_sanitize.cfg the way nbval does: read by nbval's own parser, rule after rule."""
+    for regex, replace in get_sanitize_patterns(SANITIZE.read_text(encoding="utf-8")):
+        text = re.sub(regex, replace, text)
     return text
+
+
+def test_the_sanitizer_reads_the_same_in_every_encoding():
+    """nbval opens it in the OS's default encoding (cp1252 on Windows): a µ in UTF-8 would become two
+    other characters there, and the rule that held it would mask nothing."""
+    assert SANITIZE.read_bytes().isascii(), "write other characters as escapes (\\u00b5)"
+    assert sanitize("12.5 µs and 3 ms") == "DURATION and DURATION"
 
 
 @pytest.mark.parametrize(
@@ -352,3 +360,21 @@ def test_a_temporary_directory_is_masked_whatever_its_random_name(name):
     message = f"/tmp/{name}/run.safetensors comes from a model of another shape"
     assert sanitize(message) == "TMPDIR/run.safetensors comes from a model of another shape"
     assert sanitize("<object at 0x7f3a2b>") == "<object at 0xADDRESS>"
+
+
+@pytest.mark.parametrize(
+    "folder",
+    [
+        r"C:\Users\Ana Maria\AppData\Local\Temp\tmpab12cd",  # Windows, a user name with a space
+        r"C:\Users\ANAMAR~1\AppData\Local\Temp\tmp_0x9f3kq",  # its short name, a random 0x
+        "/var/folders/x7/k2zq_0000gn/T/tmpgsr4vhpo",  # macOS
+        "/home/ana/.cache/tmp/tmp0x12ab34",  # a TMPDIR of one's own
+    ],
+)
+def test_a_temporary_path_is_masked_the_same_on_every_os(folder):
+    """Notebook 08's stored error names the checkpoint in a temporary folder (stored on Linux); a
+    student's run names its own, in its OS's form: masked, the two must read the same."""
+    stored = "/tmp/tmpgsr4vhpo/run.safetensors comes from a model of another shape: transformer.wte.weight"
+    separator = "\\" if folder.startswith("C:") else "/"
+    assert sanitize(f"{folder}{separator}run.safetensors" + stored.partition("run.safetensors")[2]) == sanitize(stored)
+    assert sanitize(stored) == "TMPDIR/run.safetensors comes from a model of another shape: transformer.wte.weight"
