@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import platform
 import random
 import statistics
 import time
@@ -111,7 +112,7 @@ def aten_kernels() -> str:
 def cpu_profiles() -> list[str]:
     """The profiles of :data:`CPU_PROFILES` this machine can act as: ``native`` always; ``laptop`` where
     the CPU has AVX2 and AVX-512 (with AVX2 alone it already is one); ``default`` on an x86 CPU."""
-    x86 = torch.backends.cpu.get_cpu_capability().lower() in KERNEL_PATHS
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")  # ARM's plain path says "default" too
     has = {"native": True, "laptop": _hardware("avx2") and _hardware("avx512"), "default": x86}
     return [name for name in CPU_PROFILES if has[name]]
 

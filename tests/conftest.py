@@ -4,7 +4,9 @@ random tensors, and a local HTTP server for download tests."""
 import http.server
 import os
 import threading
+from pathlib import Path
 
+import mac_build
 import pytest
 import torch
 from hypothesis import settings
@@ -20,6 +22,18 @@ from course_lib.tokenization import gpt2_encoding, gpt2_tokenizer
 # the same examples every run (they were explored at 25,000 examples when written).
 settings.register_profile("course", deadline=None, database=None, derandomize=bool(os.environ.get("CI")))
 settings.load_profile("course")
+
+if mac_build.requested():  # COURSE_SIMULATE=mac: this run, and every Python it starts, on a Mac's build of torch
+    mac_build.apply()
+    simulate = str(Path(__file__).resolve().parent / "simulate")  # its sitecustomize applies it at start-up
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [simulate, os.environ.get("PYTHONPATH")]))
+
+
+@pytest.fixture
+def on_a_mac(monkeypatch):
+    """This test on a Mac's build of PyTorch (no oneDNN, MKL or fbgemm; MPS present; tests/mac_build.py),
+    this machine's torch restored after it."""
+    mac_build.apply(monkeypatch.setattr)
 
 
 @pytest.fixture(scope="session")

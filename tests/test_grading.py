@@ -35,7 +35,7 @@ from course_lib.grading.submissions import find_checks, plan
 
 pytestmark = pytest.mark.skipif(
     sys.platform == "win32",
-    reason="the grader runs students in POSIX processes (fork, signals, sh, resource limits): on Windows, grade in WSL 2",
+    reason="the grader runs students in POSIX processes (fork, signals, sh, resource limits): grade in WSL 2",
 )
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -40,7 +40,7 @@ from course_lib.quantization import (
 )
 
 FBGEMM = unavailable("int8", "fbgemm")  # None where this CPU runs fbgemm, else why not
-PACKED_BF16 = unavailable("bfloat16", "onednn")
+PACKED = {dtype: unavailable(str(dtype).removeprefix("torch."), "onednn") for dtype in (torch.float32, torch.bfloat16)}
 
 
 @pytest.fixture
@@ -227,10 +227,11 @@ def test_bf16_layer_is_a_bfloat16_product(linear, generator):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_packed_layer_changes_the_layout_not_the_numbers(linear, generator, dtype):
     """oneDNN's packed weight gives the product F.linear gives with the same weight, for one row
-    (decoding) and for several (a speculative check), with and without a bias; on a CPU where oneDNN
-    cannot pack bfloat16 (a laptop without AVX-512), the layer refuses, saying why."""
-    if dtype == torch.bfloat16 and PACKED_BF16 is not None:
-        with pytest.raises(NotOnThisCPU, match="AVX-512"):
+    (decoding) and for several (a speculative check), with and without a bias; where oneDNN cannot pack
+    it (bfloat16 on a laptop without AVX-512; anything on a Mac, whose PyTorch has no oneDNN), the layer
+    refuses, saying why."""
+    if PACKED[dtype] is not None:
+        with pytest.raises(NotOnThisCPU, match=re.escape(PACKED[dtype])):
             PackedLinear(linear, dtype)
         return
     layer = PackedLinear(linear, dtype)
@@ -246,6 +247,7 @@ def test_packed_layer_changes_the_layout_not_the_numbers(linear, generator, dtyp
         assert torch.allclose(PackedLinear(unbiased)(x), unbiased(x), atol=1e-6)
 
 
+@pytest.mark.skipif(PACKED[torch.float32] is not None, reason=str(PACKED[torch.float32]))
 def test_packed_layer_copies_and_counts_its_weight_once(linear, generator):
     layer = PackedLinear(linear)
     twin = copy.deepcopy(layer)  # packs its own weight: an opaque oneDNN tensor cannot be copied
@@ -337,24 +339,13 @@ def test_quantized_model_runs_on_the_meta_device(tiny_gpt):
 
 # == what each CPU can run =================================================================
 
-NO_FAST_KERNELS = {  # a Mac's CPU as PyTorch sees it: no oneDNN, no fbgemm, no native bfloat16
-    "avx2": False,
-    "avx512": False,
-    "avx512_bf16": False,
-    "amx": False,
-    "onednn": False,
-    "onednn_bf16": False,
-    "native_bf16": False,
-    "fbgemm": False,
-}
-
 
 @pytest.mark.parametrize(
-    "missing, refused",
+    "machine, refused",
     [
-        ({"onednn_bf16": False, "native_bf16": False}, {"bfloat16, oneDNN packed": "AVX-512"}),  # an AVX2 laptop
+        ("laptop", {"bfloat16, oneDNN packed": "AVX-512"}),
         (
-            NO_FAST_KERNELS,  # a Mac
+            "mac",
             {
                 "bfloat16, oneDNN packed": "without oneDNN",
                 "float32, oneDNN packed": "without oneDNN",
@@ -362,14 +353,20 @@ NO_FAST_KERNELS = {  # a Mac's CPU as PyTorch sees it: no oneDNN, no fbgemm, no 
             },
         ),
     ],
-    ids=["laptop", "mac"],
 )
-def test_every_row_of_chapter_14_runs_or_says_why_not(tiny_gpt, monkeypatch, missing, refused, one_thread):
-    """Chapter 14's rows on a CPU without what its fast kernels need (the probes patched): each row is
-    a model that computes nearly what float32 computes and generates, or the reason it cannot run
-    here. The next unguarded kernel fails this test on any machine."""
-    has = {**runtime.cpu_capabilities(), **missing}
-    monkeypatch.setattr(runtime, "cpu_capabilities", lambda: dict(has))
+def test_every_row_of_chapter_14_runs_or_says_why_not(tiny_gpt, monkeypatch, request, machine, refused, one_thread):
+    """Chapter 14's rows on a CPU without what its fast kernels need: an AVX2 laptop (the probes patched:
+    oneDNN packs no bfloat16 there) and a Mac (its build of PyTorch imitated, tests/mac_build.py: the probes
+    say what it lacks and those kernels raise). Each row is a model that computes nearly what float32
+    computes and generates, or the reason it cannot run here. The next unguarded kernel fails this test
+    on any machine."""
+    if machine == "mac":
+        request.getfixturevalue("on_a_mac")
+    else:
+        has = runtime.cpu_capabilities()
+        if not (has["onednn"] and has["fbgemm"]):
+            pytest.skip("a laptop's x86 build of PyTorch has oneDNN and fbgemm; this one has not")
+        monkeypatch.setattr(runtime, "cpu_capabilities", lambda: {**has, "onednn_bf16": False, "native_bf16": False})
     model = tiny_gpt(0, d_model=64).eval()
     versions = quantized_versions(model, {**FORMATS, **KERNEL_VARIANTS})
     assert list(versions) == [*FORMATS, *KERNEL_VARIANTS]
@@ -414,6 +411,8 @@ FORMATS_AND_KERNELS = [("float32", "auto"), ("float32", "onednn"), ("int8", "aut
 def test_profile_step_finds_every_formats_matrix_products(tiny_gpt, mode, kernel, one_thread):
     """Each format's kernel is among the operators counted as matrix products (a renamed kernel
     would silently move its time to "other operators")."""
+    if unavailable(mode, kernel) is not None:
+        pytest.skip(unavailable(mode, kernel))
     model = quantize_model(tiny_gpt(0, d_model=64), mode, kernel=kernel)
     parts = profile_step(model, [1, 2, 3], steps=2)
     assert list(parts) == ["matrix products", "attention", "other operators", "outside operators"]

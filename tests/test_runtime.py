@@ -128,7 +128,8 @@ def test_seconds_per_call_is_the_median_of_repeated_timings(monkeypatch):
 
 
 def fake_cpu(monkeypatch, *features):
-    """This process's CPU as one with only ``features`` (the names of torch.cpu's probes)."""
+    """This process's CPU as an x86 one with only ``features`` (the names of torch.cpu's probes)."""
+    monkeypatch.setattr(runtime.platform, "machine", lambda: "x86_64")
     for name in ("avx2", "avx512", "avx512_bf16", "amx_tile"):
         monkeypatch.setattr(torch.cpu, f"_is_{name}_supported", lambda name=name: name in features, raising=False)
 
@@ -169,6 +170,19 @@ def test_a_variable_asking_for_kernels_the_cpu_lacks_is_refused(monkeypatch):
 def test_profiles_offered_are_those_the_hardware_can_act_as(monkeypatch, features, profiles):
     fake_cpu(monkeypatch, *features)
     assert runtime.cpu_profiles() == profiles
+
+
+def test_a_mac_is_seen_as_a_mac(on_a_mac, monkeypatch):
+    """On a Mac's build of PyTorch (tests/mac_build.py): no x86 instruction set, oneDNN or fbgemm, no
+    profile but its own (ATen's plain path on ARM is called "default" as an x86 one is), the CPU to work
+    on though MPS is there, and a random state of the CPU alone: the tensors of notebook 08's
+    checkpoint are those of any other machine."""
+    monkeypatch.delenv(runtime.DEVICE_ENV, raising=False)
+    assert not any(runtime.cpu_capabilities().values())
+    assert runtime.aten_kernels() == "default" and runtime.cpu_profiles() == ["native"]
+    assert runtime.get_device() == torch.device("cpu") and list(runtime.rng_state()) == ["cpu"]
+    monkeypatch.setenv(runtime.DEVICE_ENV, "mps")
+    assert runtime.get_device() == torch.device("mps", 0) and list(runtime.rng_state()) == ["cpu", "mps"]
 
 
 def test_the_laptop_profile_limits_every_library_that_picks_its_own_kernels():
