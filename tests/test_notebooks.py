@@ -3,6 +3,7 @@
 import ast
 import inspect
 import re
+import sys
 import textwrap
 from pathlib import Path
 
@@ -54,6 +55,30 @@ def test_slide_metadata_on_every_cell_and_a_title_slide(nb):
     first = nb.cells[0]
     assert first.cell_type == "markdown" and first.source.startswith("# ")
     assert first.metadata.slideshow.slide_type == "slide"
+
+
+WITHOUT_COURSE_LIB = """try:
+    import course_lib   # installed by the course's set-up; if not, the error says what to run
+except ModuleNotFoundError:
+    raise ModuleNotFoundError(
+        "course_lib is not installed here. In the course's folder run `python3 course.py lab`"
+        " (Windows: `py course.py lab`); in Colab, run the install cell of the README's section"
+        " 'Colab' first.") from None
+"""
+"""The top of every notebook's first code cell: a notebook opened without the course's set-up (a
+Jupyter of one's own, Colab) says what to run, not only that a module is missing."""
+
+
+def test_the_first_code_cell_says_what_to_run_without_course_lib(nb):
+    first = next(cell for cell in nb.cells if cell.cell_type == "code")
+    assert first.source.startswith(WITHOUT_COURSE_LIB + "\n"), "start it with WITHOUT_COURSE_LIB, then a blank line"
+
+
+def test_without_course_lib_the_first_cell_names_the_set_up(monkeypatch):
+    monkeypatch.setitem(sys.modules, "course_lib", None)  # an import of it now fails as where it is not installed
+    with pytest.raises(ModuleNotFoundError, match=r"run `python3 course.py lab`.*README's section 'Colab'") as error:
+        exec(WITHOUT_COURSE_LIB, {})
+    assert error.value.__cause__ is None and error.value.__suppress_context__  # the message alone, no chained error
 
 
 def test_only_relative_links_to_images_that_exist(nb):
