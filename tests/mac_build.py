@@ -5,7 +5,7 @@ as they do there, so a kernel that course_lib calls without asking first fails h
 
 Three ways in:
 
-- the ``mac_build`` fixture (tests/conftest.py): one test, everything restored after it;
+- the ``on_a_mac`` fixture (tests/conftest.py): one test, everything restored after it;
 - ``COURSE_SIMULATE=mac`` for a whole run (``COURSE_SIMULATE=mac python -m pytest tests/test_quantization.py``):
   tests/conftest.py applies it for the session and puts tests/simulate on ``PYTHONPATH``, whose
   ``sitecustomize`` applies it in every Python the run starts (a notebook's kernel under nbval, a
@@ -29,7 +29,7 @@ ENV = "COURSE_SIMULATE"
 """``COURSE_SIMULATE=mac``: the whole run (and every process it starts) on the Mac build."""
 
 QNNPACK = 2  # c10::QEngine's number for qnnpack (torch/backends/quantized: _get_qengine_id)
-MPS_STATE = torch.zeros(44, dtype=torch.uint8)  # what torch.mps.get_rng_state() returns there (a uint8 tensor)
+MPS_STATE = torch.zeros(44, dtype=torch.uint8)  # a stand-in for torch.mps.get_rng_state() (a uint8 tensor there too)
 
 
 class MissingOp:
@@ -63,7 +63,7 @@ def _set_qengine(engine: int) -> None:
 
 def patches() -> list[tuple[object, str, object]]:
     """``(object, attribute, value)``, applied in order (undone in reverse): the Mac build's answers."""
-    answers = [
+    return [
         # oneDNN: not built in; ATen's own switch off, so matrix products take the paths a Mac takes
         (torch.backends.mkldnn, "enabled", False),
         (torch._C, "_has_mkldnn", False),
@@ -79,7 +79,7 @@ def patches() -> list[tuple[object, str, object]]:
         (torch._C, "_set_qengine", _set_qengine),
         # an ARM CPU: none of x86's instruction sets, ATen's plain kernel path
         *((torch.cpu, name, lambda: False) for name in dir(torch.cpu) if name.endswith("_supported")),
-        (torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT"),
+        (torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT"),  # or "NO AVX": runtime reads both as plain
         (platform, "machine", lambda: "arm64"),
         # MPS: present (the course still trains on the CPU unless COURSE_DEVICE=mps)
         (torch.backends.mps, "is_built", lambda: True),
@@ -87,7 +87,6 @@ def patches() -> list[tuple[object, str, object]]:
         (torch.mps, "get_rng_state", lambda device="mps": MPS_STATE.clone()),
         (torch.mps, "set_rng_state", lambda new_state, device="mps": None),
     ]
-    return answers
 
 
 def apply(setattr=setattr) -> None:
