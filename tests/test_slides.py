@@ -247,8 +247,8 @@ def jupyterlab(root: Path = ROOT):
     """A JupyterLab server (RISE included) started with `python3 course.py lab`'s command
     (``course.lab_arguments``) on ``root``, on a free localhost port; yields (base URL, token, the
     folder it serves). The page exposes the app as ``window.jupyterapp`` (for the tests to run cells);
-    the server's settings and workspaces are its own (a temporary folder, news notifications off),
-    not the user's."""
+    the server's settings and workspaces are its own (a temporary folder, news notifications and
+    autosave off), not the user's."""
     import socket
     import subprocess
     import sys
@@ -266,6 +266,9 @@ def jupyterlab(root: Path = ROOT):
         notification = Path(home, "settings", "@jupyterlab", "apputils-extension", "notification.jupyterlab-settings")
         notification.parent.mkdir(parents=True)
         notification.write_text('{"fetchNews": "false"}')
+        autosave = Path(home, "settings", "@jupyterlab", "docmanager-extension", "plugin.jupyterlab-settings")
+        autosave.parent.mkdir(parents=True)
+        autosave.write_text('{"autosave": false}')  # a test's page never writes the course's notebooks
         env = {
             **os.environ,
             "JUPYTERLAB_SETTINGS_DIR": str(Path(home, "settings")),
@@ -354,22 +357,36 @@ def test_every_figure_loads_in_jupyterlab_as_course_py_lab_serves_it(lab_server,
     missing: list[str] = []
     page.on("response", lambda r: missing.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
     problems = []
-    for notebook in FIGURED:
-        # ?reset: a fresh workspace, the notebook alone (not every earlier one restored beside it)
-        page.goto(f"{base}/lab/tree/{url_path(notebook, served)}?reset&token={token}")
+    for k, notebook in enumerate(FIGURED):
+        path = url_path(notebook, served)
+        if k == 0:  # as a student opens it (?reset: a fresh workspace, whatever an earlier test left)
+            page.goto(f"{base}/lab/tree/{path}?reset&token={token}")
+        else:  # the next one in a tab of the same page, as from the file browser
+            page.evaluate("(path) => { jupyterapp.commands.execute('docmanager:open', { path }); }", path)
+        panel_id = page.wait_for_function(  # the notebook's panel, found by its path
+            """(path) => { if (!window.jupyterapp) return null;
+                           const w = [...jupyterapp.shell.widgets('main')].find((w) => w.context?.path === path);
+                           return w ? w.id : null; }""",
+            arg=path,
+            timeout=60_000,
+        ).json_value()
+        page.evaluate("(id) => jupyterapp.shell.activateById(id)", panel_id)
+        panel = f'[id="{panel_id}"]'
         expected = len(figures_of(notebook))
-        images = page.locator(".jp-MarkdownOutput img")
         page.wait_for_function(
-            f"document.querySelectorAll('.jp-MarkdownOutput img').length >= {expected}", timeout=60_000
+            f"document.querySelectorAll('{panel} .jp-MarkdownOutput img').length >= {expected}", timeout=60_000
         )
-        for k in range(images.count()):
-            images.nth(k).scroll_into_view_if_needed()
-            decoded = images.nth(k).evaluate(
+        images = page.locator(f"{panel} .jp-MarkdownOutput img")
+        assert images.count() == expected, f"{notebook.name}: {images.count()} images shown, {expected} linked"
+        for image in images.all():
+            image.scroll_into_view_if_needed()  # a cell far down may be laid out only when reached
+            decoded = image.evaluate(
                 "img => img.complete ? img.naturalWidth > 0 : new Promise((done) => {"
-                " img.onload = () => done(img.naturalWidth > 0); img.onerror = () => done(false); })"
+                " img.onload = () => done(img.naturalWidth > 0); img.onerror = () => done(false);"
+                " setTimeout(() => done(img.naturalWidth > 0), 30000); })"
             )
             if not decoded:
-                problems.append(f"{notebook.name}: {images.nth(k).get_attribute('src')}")
+                problems.append(f"{notebook.name}: {image.get_attribute('src')}")
         if notebook == FIGURED[0]:
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOTS / "lab_figures.png"))
