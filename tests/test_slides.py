@@ -379,11 +379,11 @@ def test_every_figure_loads_in_jupyterlab_as_course_py_lab_serves_it(lab_server,
         images = page.locator(f"{panel} .jp-MarkdownOutput img")
         assert images.count() == expected, f"{notebook.name}: {images.count()} images shown, {expected} linked"
         for image in images.all():
-            image.scroll_into_view_if_needed()  # a cell far down may be laid out only when reached
-            decoded = image.evaluate(
-                "img => img.complete ? img.naturalWidth > 0 : new Promise((done) => {"
+            decoded = image.evaluate(  # scrolled to (a cell far down may be laid out only when reached), decoded
+                "img => { img.scrollIntoView({ block: 'center' }); return img.complete ? img.naturalWidth > 0 :"
+                " new Promise((done) => {"
                 " img.onload = () => done(img.naturalWidth > 0); img.onerror = () => done(false);"
-                " setTimeout(() => done(img.naturalWidth > 0), 30000); })"
+                " setTimeout(() => done(img.naturalWidth > 0), 30000); }); }"
             )
             if not decoded:
                 problems.append(f"{notebook.name}: {image.get_attribute('src')}")
