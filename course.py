@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 REQUIREMENTS = ("requirements.txt", "requirements-test.txt", "requirements-model.txt", "pyproject.toml")
+COMMANDS = ("lab", "test", "slides", "grade", "solutions", "students-copy")
 PYTHONS = ((3, 10), (3, 13))  # the oldest and newest Python the course is tested on
 NOTEBOOKS = "notebooks"  # where JupyterLab opens, inside the repository it serves
 INSTRUCTOR_ONLY = ("course_lib/grading/solutions.py", "course_lib/grading/hidden_cases.py")
@@ -174,7 +175,7 @@ def students_copy(dest: Path, root: Path = ROOT) -> list[str]:
 
 def main(argv: list[str]) -> int:
     command, rest = (argv[0], argv[1:]) if argv else ("", [])
-    if command not in ("lab", "test", "slides", "grade", "solutions", "students-copy"):
+    if command not in COMMANDS:
         print(__doc__)
         return 2
     if command == "students-copy":
