@@ -123,7 +123,7 @@ def commands(text: str) -> list[str]:
     blocks = re.findall(r"```(?:bash|console)?\n(.*?)```", text, re.S)
     lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
     inline = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
-    runs = re.compile(r"^(?:\$env:\S+ |set \S+ |[A-Z_]+=\S+ )?(?:python\d*(?:\.\d+)? |py |\.venv[/\\])")
+    runs = re.compile(r"^(?:\$env:\S+ |set \S+ |[A-Z_]+=\S+ )?(?:python\d*(?:\.\d+)? |py |\.venv[/\\](?:bin|Scripts)[/\\])")
     return [c for c in lines + inline if runs.match(c)]
 
 
