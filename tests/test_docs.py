@@ -123,7 +123,8 @@ def commands(text: str) -> list[str]:
     blocks = re.findall(r"```(?:bash|console)?\n(.*?)```", text, re.S)
     lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
     inline = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
-    runs = re.compile(r"^(?:\$env:\S+ |set \S+ |[A-Z_]+=\S+ )?(?:python\d*(?:\.\d+)? |py |\.venv[/\\](?:bin|Scripts)[/\\])")
+    setting = r"(?:\$env:\S+ |set \S+ |[A-Z_]+=\S+ )?"  # an environment variable set before it
+    runs = re.compile(setting + r"(?:python\d*(?:\.\d+)? |py |\.venv[/\\](?:bin|Scripts)[/\\])")
     return [c for c in lines + inline if runs.match(c)]
 
 
