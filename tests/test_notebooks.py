@@ -56,6 +56,12 @@ def test_slide_metadata_on_every_cell_and_a_title_slide(nb):
     assert first.metadata.slideshow.slide_type == "slide"
 
 
+def test_every_deck_has_speaker_notes(nb):
+    """What to stress, a question for the room: the presenter's view of each deck (INSTRUCTORS.md)."""
+    notes = [c for c in nb.cells if c.metadata.get("slideshow", {}).get("slide_type") == "notes"]
+    assert notes and all(c.cell_type == "markdown" and len(c.source.split()) >= 15 for c in notes)
+
+
 def test_only_relative_links_to_images_that_exist(nb):
     for cell in nb.cells:
         if cell.cell_type != "markdown":
