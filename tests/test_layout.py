@@ -45,16 +45,16 @@ def imports_of(module: str) -> set[str]:
     return found
 
 
-def test_the_package_docstrings_and_the_readme_list_every_module():
+def test_the_package_docstrings_and_the_contributors_guide_list_every_module():
     listed = re.findall(r"^- ``(\w+)``", course_lib.__doc__, re.M)
     assert listed == [m for m in listed if m in TOP_LEVEL] and sorted(listed) == TOP_LEVEL
     for package in SUBPACKAGES:
         doc = importlib.import_module(f"course_lib.{package}").__doc__
         unnamed = [m for m in MODULES if m.startswith(f"{package}.") and m.rpartition(".")[2] not in doc]
         assert not unnamed, f"course_lib.{package}'s docstring does not name {unnamed}"
-    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    readme = (PACKAGE.parent / "CONTRIBUTING.md").read_text(encoding="utf-8")
     missing = [m for m in MODULES if (f"{m}/" if m in SUBPACKAGES else f"{m.rpartition('.')[2]}.py") not in readme]
-    assert not missing, f"README's layout does not mention {missing}"
+    assert not missing, f"CONTRIBUTING.md's layout does not mention {missing}"
 
 
 def test_no_import_circles():

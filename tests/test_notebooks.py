@@ -81,6 +81,12 @@ def test_without_course_lib_the_first_cell_names_the_set_up(monkeypatch):
     assert error.value.__cause__ is None and error.value.__suppress_context__  # the message alone, no chained error
 
 
+def test_every_deck_has_speaker_notes(nb):
+    """What to stress, a question for the room: the presenter's view of each deck (INSTRUCTORS.md)."""
+    notes = [c for c in nb.cells if c.metadata.get("slideshow", {}).get("slide_type") == "notes"]
+    assert notes and all(c.cell_type == "markdown" and len(c.source.split()) >= 15 for c in notes)
+
+
 def test_only_relative_links_to_images_that_exist(nb):
     for cell in nb.cells:
         if cell.cell_type != "markdown":

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from test_notebooks import IMAGE_LINK  # a figure linked from markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -233,12 +234,21 @@ def watch_requests(page, base: str) -> list[str]:
     return outside
 
 
+def course_py():
+    """The repository's course.py, as a module (the command line a student runs)."""
+    spec = importlib.util.spec_from_file_location("course", ROOT / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @contextlib.contextmanager
-def jupyterlab(root: Path):
-    """A JupyterLab server (RISE included) serving ``root`` on a free localhost port, as
-    `python3 course.py lab` starts it; yields (base URL, token). The page exposes the app as
-    ``window.jupyterapp`` (for the tests to run cells); the server's settings and workspaces are
-    its own (a temporary folder, news notifications off), not the user's."""
+def jupyterlab(root: Path = ROOT):
+    """A JupyterLab server (RISE included) started with `python3 course.py lab`'s command
+    (``course.lab_arguments``) on ``root``, on a free localhost port; yields (base URL, token, the
+    folder it serves). The page exposes the app as ``window.jupyterapp`` (for the tests to run cells);
+    the server's settings and workspaces are its own (a temporary folder, news notifications and
+    autosave off), not the user's."""
     import socket
     import subprocess
     import sys
@@ -250,10 +260,15 @@ def jupyterlab(root: Path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     token = "course-test"
+    command = course_py().lab_arguments(sys.executable, root)
+    served = Path(next(a for a in command if a.startswith("--ServerApp.root_dir=")).partition("=")[2])
     with tempfile.TemporaryDirectory() as home:
         notification = Path(home, "settings", "@jupyterlab", "apputils-extension", "notification.jupyterlab-settings")
         notification.parent.mkdir(parents=True)
         notification.write_text('{"fetchNews": "false"}')
+        autosave = Path(home, "settings", "@jupyterlab", "docmanager-extension", "plugin.jupyterlab-settings")
+        autosave.parent.mkdir(parents=True)
+        autosave.write_text('{"autosave": false}')  # a test's page never writes the course's notebooks
         env = {
             **os.environ,
             "JUPYTERLAB_SETTINGS_DIR": str(Path(home, "settings")),
@@ -261,15 +276,11 @@ def jupyterlab(root: Path):
         }
         server = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "jupyterlab",
+                *command,
                 "--no-browser",
                 f"--port={port}",
                 "--ip=127.0.0.1",
-                "--allow-root",
                 f"--IdentityProvider.token={token}",
-                f"--ServerApp.root_dir={root}",
                 "--LabApp.expose_app_in_browser=True",
             ],
             stdout=subprocess.DEVNULL,
@@ -286,7 +297,7 @@ def jupyterlab(root: Path):
                     time.sleep(0.5)
             else:
                 pytest.fail("JupyterLab did not start within 120 s")
-            yield base, token
+            yield base, token, served
         finally:
             server.terminate()  # its kernels too
             server.wait(timeout=60)
@@ -294,17 +305,22 @@ def jupyterlab(root: Path):
 
 @pytest.fixture(scope="module")
 def lab_server():
-    """JupyterLab on the course's notebooks."""
-    with jupyterlab(ROOT / "notebooks") as server:
+    """JupyterLab as `python3 course.py lab` serves the course (one server for the tests below)."""
+    with jupyterlab() as server:
         yield server
 
 
+def url_path(notebook: Path, served: Path) -> str:
+    """The notebook's path in the server's URLs (``/lab/tree/<it>``, ``/rise/<it>``)."""
+    return notebook.resolve().relative_to(served.resolve()).as_posix()
+
+
 def test_rise_presents_a_notebook_live(lab_server, browser):
-    base, token = lab_server
+    base, token, served = lab_server
     notebook = NOTEBOOKS[0]
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     outside = watch_requests(page, base)
-    page.goto(f"{base}/rise/{notebook.name}?token={token}")
+    page.goto(f"{base}/rise/{url_path(notebook, served)}?token={token}")
     page.wait_for_selector(".reveal .slides section", timeout=60_000)
     types = [c.metadata["slideshow"]["slide_type"] for c in nbformat.read(notebook, as_version=4).cells]
     page.wait_for_timeout(1000)
@@ -314,10 +330,71 @@ def test_rise_presents_a_notebook_live(lab_server, browser):
         "slide"
     ) + types.count("subslide")
     assert page.locator(".reveal section.present").first.is_visible()
+    broken = page.evaluate("[...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
+    assert not broken, f"images that do not load on the live slides: {broken}"
     page.screenshot(path=str(SCREENSHOTS / "rise_live.png"))
     found = list(outside)
     page.close()
     assert not found, f"the live slideshow reached outside the machine: {found}"
+
+
+def figures_of(notebook: Path) -> list[str]:
+    """The images a notebook's markdown shows (files of figures/, linked as ../figures/NAME.png)."""
+    cells = nbformat.read(notebook, as_version=4).cells
+    return [m[1] or m[2] for c in cells if c.cell_type == "markdown" for m in IMAGE_LINK.finditer(c.source)]
+
+
+FIGURED = [p for p in NOTEBOOKS if figures_of(p)]
+
+
+def test_every_figure_loads_in_jupyterlab_as_course_py_lab_serves_it(lab_server, browser):
+    """A student's first view: each notebook with figures opened in JupyterLab, every figure scrolled
+    to and decoded. (The server once served notebooks/ alone, and every ../figures/ link answered 404.)"""
+    base, token, served = lab_server
+    assert FIGURED, "no notebook shows a figure: the pattern is stale"
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    outside = watch_requests(page, base)
+    missing: list[str] = []
+    page.on("response", lambda r: missing.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
+    problems = []
+    for k, notebook in enumerate(FIGURED):
+        path = url_path(notebook, served)
+        if k == 0:  # as a student opens it (?reset: a fresh workspace, whatever an earlier test left)
+            page.goto(f"{base}/lab/tree/{path}?reset&token={token}")
+        else:  # the next one in a tab of the same page, as from the file browser
+            page.evaluate("(path) => { jupyterapp.commands.execute('docmanager:open', { path }); }", path)
+        panel_id = page.wait_for_function(  # the notebook's panel, found by its path
+            """(path) => { if (!window.jupyterapp) return null;
+                           const w = [...jupyterapp.shell.widgets('main')].find((w) => w.context?.path === path);
+                           return w ? w.id : null; }""",
+            arg=path,
+            timeout=60_000,
+        ).json_value()
+        page.evaluate("(id) => jupyterapp.shell.activateById(id)", panel_id)
+        panel = f'[id="{panel_id}"]'
+        expected = len(figures_of(notebook))
+        page.wait_for_function(
+            f"document.querySelectorAll('{panel} .jp-MarkdownOutput img').length >= {expected}", timeout=60_000
+        )
+        images = page.locator(f"{panel} .jp-MarkdownOutput img")
+        assert images.count() == expected, f"{notebook.name}: {images.count()} images shown, {expected} linked"
+        for image in images.all():
+            decoded = image.evaluate(  # scrolled to (a cell far down may be laid out only when reached), decoded
+                "img => { img.scrollIntoView({ block: 'center' }); return img.complete ? img.naturalWidth > 0 :"
+                " new Promise((done) => {"
+                " img.onload = () => done(img.naturalWidth > 0); img.onerror = () => done(false);"
+                " setTimeout(() => done(img.naturalWidth > 0), 30000); }); }"
+            )
+            if not decoded:
+                problems.append(f"{notebook.name}: {image.get_attribute('src')}")
+        if notebook == FIGURED[0]:
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / "lab_figures.png"))
+    found = list(outside)
+    page.close()
+    assert not problems, f"figures that do not load in JupyterLab ({len(problems)}):\n" + "\n".join(problems)
+    assert not missing, "\n".join(missing)
+    assert not found, f"JupyterLab reached outside the machine: {found}"
 
 
 # ----------------------------------------------------------------------------------------
@@ -359,7 +436,7 @@ def write_chat_notebook(path: Path) -> str:
 def chat_lab(tmp_path_factory):
     """JupyterLab on a temporary folder (what it saves stays out of notebooks/)."""
     root = tmp_path_factory.mktemp("chat")
-    with jupyterlab(root) as (base, token):
+    with jupyterlab(root) as (base, token, _):
         yield root, base, token
 
 

@@ -32,7 +32,7 @@ MAX_RESTARTS = 4  # processes killed per notebook before the rest of it is given
 STARTUP_S = 120.0  # starting Python, torch and IPython in the student's process
 FILE_LIMIT = 64 << 20  # bytes of any file the student's process writes
 MAX_PAYLOAD = 16 * MAX_RETURNED + (1 << 20)  # bytes of the largest value sent back (complex128), with room
-ISOLATION = {  # what the sandbox's isolation means for a class (the README says more)
+ISOLATION = {  # what the sandbox's isolation means for a class (INSTRUCTORS.md says more)
     "namespaces": "nothing a student's code does to processes reaches the grader or another student",
     "sessions": "a student's code that signals the grader by its process id, or every process, can stop it",
 }

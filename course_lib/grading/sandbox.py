@@ -307,7 +307,7 @@ def _start(config: dict, command: list[str]) -> int:
             try:
                 if value is not None:
                     resource.setrlimit(limit, (value, value))
-            except (ValueError, OSError):  # macOS may refuse RLIMIT_AS: the README says so
+            except (ValueError, OSError):  # macOS may refuse RLIMIT_AS: INSTRUCTORS.md says so
                 pass
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 1)

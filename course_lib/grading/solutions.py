@@ -599,6 +599,10 @@ def main(argv: list[str]) -> int:
         print("exercises (python3 course.py solutions NAME... prints their solutions):")
         print("\n".join(f"  {name}" for name in EXERCISES))
         return 0
+    unknown = [name for name in argv if name not in EXERCISES]
+    if unknown:
+        print(f"no exercise named {', '.join(map(repr, unknown))}; `python3 course.py solutions` lists them")
+        return 2
     for name in argv:
         print(f"# == {name} ==\n{show(name)}")
     return 0
