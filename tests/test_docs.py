@@ -60,7 +60,7 @@ def test_the_number_of_exercises():
 def test_the_characters_of_the_default_corpus():
     from course_lib.data import load_corpus
 
-    stated = every(r"([\d,]+) characters")
+    stated = every(r"(\d{3},\d{3}) characters")  # the corpus's count, not a path's length
     assert stated and all(int(n.replace(",", "")) == len(load_corpus()) for _, n in stated), stated
 
 
