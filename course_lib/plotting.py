@@ -1,7 +1,9 @@
 """Pictures the notebooks show: token colourings, heatmaps, bar charts and diagrams.
 
 Every function draws into a matplotlib ``Axes`` (a new figure if none is given) or returns
-HTML, and never writes a file: ``scripts/make_figures.py`` saves the static diagrams.
+HTML, and never writes a file: ``scripts/make_figures.py`` saves the static diagrams. Each takes
+its numbers as tensors on any device (a GPU's included) or as plain numbers: :func:`on_cpu`
+brings them to where matplotlib can read them.
 
 Every figure a notebook shows goes through :func:`show`, which attaches a text description
 (the finding, then what is plotted, read from the figure) that the slide decks put in the
@@ -43,6 +45,19 @@ PALETTE = ["#fde68a", "#bfdbfe", "#bbf7d0", "#fecaca", "#ddd6fe", "#fed7aa", "#a
 """Light background colours, one per token in turn, so neighbouring tokens differ."""
 
 INPUT_COLOR, TARGET_COLOR = "#bfdbfe", "#fed7aa"
+
+
+def on_cpu(values) -> torch.Tensor:
+    """What a figure plots, as floats on the CPU, cut from autograd. matplotlib reads its data
+    through NumPy, which refuses a tensor on a GPU ("can't convert cuda:0 device type tensor to
+    numpy"), one that requires grad and a bfloat16 one: every plotting function passes its
+    numbers through here. A tensor comes back as float32; numbers, and lists of numbers or of
+    tensors (losses kept as 0-d tensors, say), as float64: the values matplotlib would read."""
+    if isinstance(values, torch.Tensor):
+        return values.detach().cpu().float()
+    if isinstance(values, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in values):
+        return torch.stack([on_cpu(v).double() for v in values])
+    return torch.tensor(values, dtype=torch.float64)
 
 
 def token_pieces(tokenizer, text: str) -> list[str]:
@@ -114,7 +129,7 @@ def plot_heatmap(
 ) -> Axes:
     """A labelled heatmap (counts, probabilities, attention weights). With ``tokens`` the labels
     are tokens, shown with :func:`visible` spaces; otherwise plain words."""
-    matrix = torch.as_tensor(matrix, dtype=torch.float32)
+    matrix = on_cpu(matrix)
     if ax is None:
         _, ax = plt.subplots(figsize=(0.45 * len(col_labels) + 2, 0.45 * len(row_labels) + 1.5))
     image = ax.imshow(matrix.numpy(), cmap=cmap, aspect="auto")
@@ -139,10 +154,11 @@ def plot_bars(
     values: dict[str, float], title: str = "", ylabel: str = "", ax: Axes | None = None, fmt: str = "{:.2f}"
 ) -> Axes:
     """Bar chart with the value written on each bar."""
+    heights = on_cpu(list(values.values())).tolist()
     if ax is None:
         _, ax = plt.subplots(figsize=(1.3 * len(values) + 2, 3.2))
-    bars = ax.bar(list(values), list(values.values()), color=PALETTE[1], edgecolor="#1e3a8a")
-    for bar, value in zip(bars, values.values()):
+    bars = ax.bar(list(values), heights, color=PALETTE[1], edgecolor="#1e3a8a")
+    for bar, value in zip(bars, heights):
         ax.text(bar.get_x() + bar.get_width() / 2, bar.get_height(), fmt.format(value), ha="center", va="bottom")
     ax.set(title=title, ylabel=ylabel)
     ax.spines[["top", "right"]].set_visible(False)
@@ -190,6 +206,7 @@ def draw_sliding_windows(
 
 def draw_next_token_prediction(context: Sequence[str], candidates: dict[str, float], ax: Axes | None = None) -> Axes:
     """A context on the left and the model's distribution over the next token on the right."""
+    candidates = dict(zip(candidates, on_cpu(list(candidates.values())).tolist()))
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 3))
     for i, tok in enumerate(context):
@@ -232,7 +249,6 @@ def draw_merge_steps(steps: Sequence[Sequence[str]], labels: Sequence[str], ax: 
 
 def plot_attention(weights: torch.Tensor, tokens: Sequence[str], title: str = "", ax: Axes | None = None) -> Axes:
     """Attention weights (T, T): row = the token attending (query), column = the token attended to (key)."""
-    weights = torch.as_tensor(weights).detach().float()
     return plot_heatmap(
         weights,
         tokens,
@@ -250,6 +266,7 @@ def draw_bottleneck_vs_attention(
     words: Sequence[str] = ("le", "chat", "est", "noir"), weights: Sequence[float] = (0.05, 0.1, 0.15, 0.7)
 ) -> plt.Figure:
     """Left: an RNN encoder squeezes the sentence into one vector. Right: attention looks back at every state."""
+    weights = on_cpu(weights).tolist()
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
     for ax, attention in zip(axes, (False, True)):
         n = len(words)
@@ -410,7 +427,7 @@ def plot_curves(
     if ax is None:
         _, ax = plt.subplots(figsize=(5.5, 3.4))
     for label, values in curves.items():
-        ax.plot(steps, values, label=label)  # colour, dash and marker from the course cycle
+        ax.plot(on_cpu(steps).numpy(), on_cpu(values).numpy(), label=label)  # colour, dash, marker: the course cycle
     if baseline is not None:
         ax.axhline(baseline, color="gray", ls="--", label="majority class")
     ax.set(xlabel="step", ylabel=ylabel)

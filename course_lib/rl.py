@@ -227,9 +227,11 @@ def addition_start(
     reaches ``target``. ``history.val_accuracy`` holds that pass@1 at each evaluation.
 
     Why a criterion, not a step count: the run's loss drops off a cliff somewhere after step 250,
-    and a last-bit difference in a CPU's float32 kernels (AVX-512, AVX2 or neither) moves the cliff
-    by tens of steps. Stopped at a fixed step, the start's pass@1 ranged from 0.36 to 0.76 across
-    kernels; stopped on the criterion, it lands just above ``target`` on each (tests/test_rl.py)."""
+    and a last-bit difference in a CPU's float32 kernels (AVX-512, AVX2 or neither; one vendor's
+    libraries or another's) moves the cliff by tens to hundreds of steps: the run stopped anywhere
+    from step 370 to 570 on the CPUs tried. Stopped at a fixed step, the start's pass@1 ranged from
+    0.36 to 0.76 across kernels; stopped on the criterion, it lands just above ``target`` on each,
+    at whatever step that takes (tests/test_rl.py)."""
     examples = [addition_example(p, task.tokenizer.encode) for p in problems.train]
     config = GPTConfig(vocab_size=task.tokenizer.vocab_size, context_length=16, n_layers=1, n_heads=4, d_model=64)
     torch.manual_seed(0)

@@ -193,3 +193,91 @@ def test_figure_html_carries_the_description_escaped():
     html = plotting.figure_html(ax.figure, 'Nothing "plotted"')
     assert html.startswith('<img src="data:image/png;base64,')
     assert 'alt="Nothing &quot;plotted&quot;. Diagram “&lt;x&gt; &amp; y”."' in html
+
+
+# ----------------------------------------------------------------------------------------
+# Tensors from any device: a GPU's failure caught without a GPU
+# ----------------------------------------------------------------------------------------
+
+from matplotlib.figure import Figure  # noqa: E402
+
+REFUSED = "can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu() to copy the tensor to host memory first."
+
+
+class OnAGPU(torch.Tensor):
+    """A tensor NumPy refuses, with a CUDA tensor's message, until ``.cpu()`` brings it home.
+    Like a CUDA tensor it still computes, formats and reads out through ``.item()`` and
+    ``.tolist()``; only the road to NumPy (which matplotlib takes) is closed."""
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError(REFUSED)
+
+    def numpy(self, *args, **kwargs):
+        raise TypeError(REFUSED)
+
+    def cpu(self, *args, **kwargs) -> torch.Tensor:
+        return super().cpu(*args, **kwargs).as_subclass(torch.Tensor)
+
+    def __format__(self, spec: str) -> str:  # torch formats a 0-d tensor's value only for its own class
+        return self.as_subclass(torch.Tensor).__format__(spec)
+
+
+def on_a_gpu(tensor: torch.Tensor) -> OnAGPU:
+    return tensor.as_subclass(OnAGPU)
+
+
+def test_the_stand_in_is_refused_where_a_gpu_tensor_is():
+    weights = on_a_gpu(torch.tensor([[1.0, 0.0], [0.25, 0.75]]))
+    for read in (
+        lambda t: t.numpy(),
+        lambda t: plt.plot(t),
+        lambda t: plt.imshow(t),
+        lambda t: plt.bar([0, 1], [*t[0]]),
+    ):
+        with pytest.raises(TypeError, match="cuda:0"):
+            read(weights)
+    assert type(weights.detach().float()[0] * 2) is OnAGPU  # what a tensor computes stays on its device
+    assert type(weights.cpu()) is torch.Tensor and weights.cpu().numpy().shape == (2, 2)
+    assert f"{weights[1, 1]:.2f}" == "0.75" and weights.tolist()[1] == [0.25, 0.75]
+    plt.close("all")
+
+
+WEIGHTS = torch.softmax(torch.arange(16.0).view(4, 4).sin() * 3, dim=-1)  # (4, 4): rows sum to 1
+WORDS = ["the", " cat", " sat", " on"]
+DRAWINGS = {  # each draws with its numbers passed through `move`
+    "plot_heatmap": lambda move: plotting.plot_heatmap(move(WEIGHTS), WORDS, WORDS, annotate=True),
+    "plot_attention": lambda move: plotting.plot_attention(move(WEIGHTS), WORDS),
+    "plot_confusion_matrix": lambda move: plotting.plot_confusion_matrix(move(torch.tensor([[5, 1], [2, 7]])), "ab"),
+    "plot_bars": lambda move: plotting.plot_bars(dict(zip(WORDS, move(WEIGHTS[0])))),  # 0-d tensors
+    "plot_curves": lambda move: plotting.plot_curves(
+        move(torch.arange(4) * 25), {"train": move(WEIGHTS[1]), "validation": list(move(WEIGHTS[2]))}, "loss"
+    ),
+    "draw_next_token_prediction": lambda move: plotting.draw_next_token_prediction(
+        WORDS[:2], dict(zip(WORDS, move(WEIGHTS[3])))
+    ),
+    "draw_bottleneck_vs_attention": lambda move: plotting.draw_bottleneck_vs_attention(weights=move(WEIGHTS[0])),
+    "attention_explorer": lambda move: widgets.attention_explorer(
+        lambda sentence, causal: (sentence.split(), move(WEIGHTS.expand(2, 4, 4))), ["the cat sat on"], n_heads=2
+    ),
+}
+
+
+def picture(drawn) -> bytes | str:
+    """What a drawing shows: its PNG, or a widget's HTML view (the PNG inside, with its alt)."""
+    if isinstance(drawn, Figure):
+        return plotting.figure_png(drawn)
+    if hasattr(drawn, "figure"):
+        return plotting.figure_png(drawn.figure)
+    return drawn.children[-1].value
+
+
+@pytest.mark.parametrize("drawing", DRAWINGS)
+def test_every_plotting_function_takes_tensors_from_any_device(drawing):
+    """A model on a GPU gives CUDA tensors; plotting them must draw what their CPU copies draw,
+    not fail at matplotlib's NumPy (notebook 15 on a GPU: `plot_attention`)."""
+    draw = DRAWINGS[drawing]
+    on_the_cpu = picture(draw(lambda tensor: tensor))
+    assert picture(draw(on_a_gpu)) == on_the_cpu
+    grads = picture(draw(lambda tensor: tensor.float().requires_grad_()))  # a tensor autograd tracks
+    assert grads == on_the_cpu
+    plt.close("all")

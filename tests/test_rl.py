@@ -413,7 +413,7 @@ tokenizer = CharTokenizer(list(ADDITION_CHARACTERS))
 task = RewardTask(addition_reward, tokenizer, tokenizer.stoi["\\n"], max_new_tokens=8)
 problems = addition_problems()
 model, history = addition_start(task, problems, progress=False)
-print(json.dumps({"step": history.steps[-1], "val": history.val_accuracy[-1],
+print(json.dumps({"steps": history.steps, "val": history.val_accuracy,
                   "test": greedy_pass_at_1(model, task, problems.test)}))
 """
 
@@ -428,14 +428,17 @@ def test_chapter_13_starts_at_partial_skill_on_every_cpu_profile(profile, profil
     """Notebook 13 rests on a model that is right about half the time. Stopped at a fixed step, the
     supervised run landed anywhere from 0.36 to 0.76 depending on the CPU's float32 kernels; stopped
     on the criterion it must land in the band on each CPU profile this machine can act as (as the
-    notebook runs: 2 threads, seed 0)."""
+    notebook runs: 2 threads, seed 0). The step it stops at is the kernels' to choose (from 370 to
+    570 on the CPUs tried): the notebook prints it, and promises only what is asserted here."""
     if profile not in profiles:
         pytest.skip(f"this CPU cannot act as the {profile} profile (it lacks the instructions to hold back)")
     env = {**os.environ, **CPU_PROFILES[profile], THREADS_ENV: "2"}
     out = subprocess.run([sys.executable, "-c", START], env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     start = json.loads(out.stdout.strip().splitlines()[-1])
-    assert 0.5 <= start["val"] < 0.7, start  # stopped at the first evaluation at 0.5 or more
-    assert start["step"] < 1000, start  # by the criterion, not by running out of steps
-    assert 370 <= start["step"] <= 440, start  # the steps notebook 13 tells a student to expect
-    assert 0.4 <= start["test"] <= 0.7, start  # and the test problems agree: partial skill
+    steps, val = start["steps"], start["val"]
+    stop = {"step": steps[-1], "val": val[-1], "test": start["test"]}
+    assert val[-1] >= 0.5 and all(v < 0.5 for v in val[:-1]), stop  # the first evaluation at 0.5 or more
+    assert val[-1] < 0.7, stop  # just above it: partial skill, not more
+    assert steps[-1] < 1000, stop  # by the criterion, not by running out of the cosine's 1,000 steps
+    assert 0.4 <= start["test"] <= 0.7, stop  # and the test problems agree: partial skill
