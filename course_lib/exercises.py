@@ -728,7 +728,7 @@ def _score_scale_cases() -> list[Case]:
 @exercise(
     "attention-pool",
     hint=[
-        "run the buggy function on a batch of 2 and sum its weights: over what do they sum to 1?",
+        "run the buggy function on one text, then on two, and sum its weights: over what do they sum to 1?",
         "the scores are (B, T): the softmax must run over the tokens of each text (dim=1 or -1), not over "
         "the batch (dim=0), which mixes different texts",
         "weights (B, T) -> (B, T, 1) to multiply x (B, T, C), then sum over T",
