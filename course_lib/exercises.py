@@ -5,7 +5,9 @@ checker runs it on a handful of cases and answers "passed" or, for the first cas
 fails, the input, the expected answer, what the function returned and a hint. Hints come in
 steps: a nudge on the first failure, more on each failure after it (counted per exercise in
 the running kernel). A starter function that still raises ``NotImplementedError`` gets one
-neutral line, so a notebook is stored showing no case, no answer and no hint.
+neutral line, so a notebook is stored showing no case, no answer and no hint. Each call gets a
+fresh copy of its case's inputs (:func:`call`), and a function that changes one of them in place
+fails that case: the statements ask for a new value, and the caller's tensors must stay as they were.
 
 An exercise may ban functions (``bans``): while its check runs they are replaced by one that
 raises :class:`BannedFunction` naming the ban, and passing a banned function itself fails.
@@ -24,8 +26,10 @@ grouped by notebook (00's exercises first). A block holds everything about one e
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
+import inspect
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -192,6 +196,48 @@ def banned_use(paths: Sequence[str], fn: Any) -> str | None:
     return _is_banned(fn, originals)
 
 
+# == one call: a fresh copy of the inputs, left as it was =================================
+
+
+class ChangedInput(Exception):
+    """Raised when a student's function changed one of its inputs in place."""
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """``a`` is exactly ``b`` again: same type, shape, dtype and values (NaN equal to NaN)."""
+    if isinstance(b, torch.Tensor):
+        if not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        return bool(((a == b) | (a != a) & (b != b)).all()) if b.is_floating_point() else torch.equal(a, b)
+    if isinstance(b, dict):
+        return isinstance(a, dict) and a.keys() == b.keys() and all(_identical(a[k], b[k]) for k in b)
+    if isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def _parameter_name(fn: Callable, k: int) -> str:
+    """The name of ``fn``'s parameter number ``k`` (from 0), else "argument k + 1"."""
+    with contextlib.suppress(TypeError, ValueError):
+        names = list(inspect.signature(fn).parameters)
+        if k < len(names):
+            return f"`{names[k]}`"
+    return f"argument {k + 1}"
+
+
+def call(fn: Callable, args: tuple) -> Any:
+    """``fn`` applied to a fresh copy of ``args`` (so that no case can spoil another); raises
+    :class:`ChangedInput` if ``fn`` changed that copy in place."""
+    given, kept = copy.deepcopy(args), copy.deepcopy(args)
+    got = fn(*given)
+    for k, (now, before) in enumerate(zip(given, kept)):
+        if not _identical(now, before):
+            raise ChangedInput(
+                f"changed its input {_parameter_name(fn, k)} in place: leave the inputs as they were, return a new value"
+            )
+    return got
+
+
 # == the check ==============================================================================
 
 
@@ -276,7 +322,9 @@ def check(name: str, fn: Callable) -> CheckResult:
         else:
             try:
                 with banned(ex.bans, fn):
-                    got = fn(*case.args)
+                    got = call(fn, case.args)
+            except ChangedInput as err:
+                got_text, ok = str(err), False
             except NotImplementedError:
                 if k == 1:
                     return CheckResult(name, False, f"{NOT_ATTEMPTED} {name}: not attempted yet; {NEXT_STEP}")
@@ -382,6 +430,8 @@ def _accumulated_cases() -> list[Case]:
         "x.max() is the maximum of the WHOLE tensor: in a row far below it every exp(x - m) underflows to 0, "
         "and log 0 = -inf; what maximum does each row need?",
         "then subtract it with keepdim and add it back after the log, squeezing the last dimension",
+        "a row of -inf only has the maximum -inf, and -inf - (-inf) is nan: subtract 0 from such a row "
+        "instead (torch.where); its answer is log 0 = -inf",
     ],
     bans=("torch.logsumexp", "torch.Tensor.logsumexp", "torch.special.logsumexp"),
 )
@@ -391,7 +441,9 @@ def _logsumexp_cases() -> list[Case]:
         Case((torch.tensor([1000.0, 1000.0]),), "large values"),
         Case((torch.tensor([[1.0, 2.0], [500.0, 0.0]]),), "a batch of rows far apart"),
         Case((torch.tensor([[-1000.0, -1000.0], [3.0, 4.0]]),), "a very negative row beside a small one"),
-    ]
+        Case((torch.tensor([[0.0, float("-inf")], [float("-inf"), float("-inf")]]),),
+             "-inf is probability 0; a row of -inf only: log 0 = -inf"),
+    ]  # fmt: skip
 
 
 # == 01 · Tokenization =====================================================================
@@ -622,6 +674,8 @@ def _window_loss_cases() -> list[Case]:
         ((torch.randn(2, 4, 5, generator=g), torch.tensor([[1, 2, 0, 3], [4, 1, 1, 0]])), "no padding"),
         ((torch.randn(2, 4, 5, generator=g), padded), "the second window ends in two -100 targets"),
         ((torch.randn(3, 6, 6, generator=g) * 2, ragged), "three windows, 6, 3 and 1 real targets"),
+        ((torch.randn(2, 3, 4, generator=g, dtype=torch.float64), torch.tensor([[0, 1, -100], [2, 3, 0]])),
+         "float64 logits: float64 losses"),
     ]
     return [Case(args, note, _window_mean(*args)) for args, note in inputs]
 
@@ -665,6 +719,7 @@ def _bits_per_character_cases() -> list[Case]:
         Case(([2 * ln2, 2 * ln2], ["ab", "c"]), "2 bits a token, 3 characters", 4 / 3),
         Case(([1.0, 3.0, 0.5], ["the", " ", "cat"]), "4.5 nats for 7 characters", 4.5 / ln2 / 7),
         Case(([1.0, 1.0], ["", "ab"]), "a token with no characters still costs", 2 / ln2 / 2),
+        Case(([3 * ln2, ln2], ["né", "e"]), "characters as len counts them: é is one (two UTF-8 bytes)", 4 / 3),
     ]
 
 
@@ -698,8 +753,8 @@ def _linear_attention_cases() -> list[Case]:
             "equal similarities: the mean of v",
         ),
         (
-            (torch.randn(3, 4, generator=g), torch.randn(5, 4, generator=g), torch.randn(5, 2, generator=g)),
-            "3 queries, 5 keys: not square",
+            tuple(torch.randn(n, d, generator=g, dtype=torch.float64) for n, d in ((3, 4), (5, 4), (5, 2))),
+            "3 queries, 5 keys: not square; float64 inputs, a float64 output",
         ),
         (
             (torch.randn(2, 5, 16, generator=g), torch.randn(2, 5, 16, generator=g), torch.randn(2, 5, 8, generator=g)),
@@ -908,6 +963,7 @@ def _alibi_bias_cases() -> list[Case]:
         ((torch.tensor([0.5]), 3), "one head, T = 3"),
         ((torch.tensor([0.25, 0.0625]), 4), "two heads, T = 4"),
         ((torch.tensor([0.5, 0.25, 0.125, 0.0625]), 1), "T = 1: nothing to look back on"),
+        ((torch.tensor([0.5, 0.125], dtype=torch.float64), 3), "float64 slopes: a float64 bias"),
     ]
     return [Case(args, note, _alibi_by_loops(*args)) for args, note in inputs]
 
@@ -1197,7 +1253,13 @@ def _min_p_cases() -> list[Case]:
         probs = torch.softmax(logits, dim=-1)
         return logits.masked_fill(probs < min_p * probs.amax(-1, keepdim=True), float("-inf"))
 
-    inputs = [((small, 0.1), "min_p 0.1"), ((small, 0.5), "min_p 0.5"), ((batch, 0.2), "a batch of 3 rows")]
+    flat_and_sharp = torch.tensor([[0.0, 0.0, 0.0, 0.0], [4.0, 0.0, -1.0, 2.0]])  # row maxima 0.25 and 0.86
+    inputs = [
+        ((small, 0.1), "min_p 0.1"),
+        ((small, 0.5), "min_p 0.5"),
+        ((batch, 0.2), "a batch of 3 rows"),
+        ((flat_and_sharp, 0.5), "a flat row beside a sharp one: each row keeps its own most likely tokens"),
+    ]
     return [Case(args, note, answer(*args)) for args, note in inputs]
 
 
@@ -1366,6 +1428,8 @@ def _answer_loss_cases() -> list[Case]:
         ((torch.randn(2, 3, 6, generator=g), targets_1), "no -100 at all: every target counts"),
         ((torch.randn(2, 4, 6, generator=g), targets_2), "the second row padded: two targets without a loss"),
         ((torch.randn(2, 5, 6, generator=g), targets_3), "prompts masked too; token 0 is a real target"),
+        ((torch.tensor([[[100.0, 0.0, -100.0], [0.0, 200.0, 0.0]]]), torch.tensor([[2, 1]])),
+         "large logits: -log p(2) = 200 in the first position, about 0 in the second"),
     ]
     return [Case(args, note, answer(*args)) for args, note in inputs]
 
@@ -1389,6 +1453,9 @@ def _chat_target_cases() -> list[Case]:
         Case(([U, 5, A, 7, E, U, 6, 6, A, 8, 9, E], A, E), "two turns: both replies",
              torch.tensor([x, x, 7, E, x, x, x, x, 8, 9, E])),
         Case(([U, 5, A, 7, 8], A, E), "a reply cut off before its end-of-text", torch.tensor([x, x, 7, 8])),
+        Case(([U, 5, 6, E], A, E), "no reply at all: no target", torch.tensor([x, x, x])),
+        Case(([U, 5, A, E, U, 6, A, 7, E], A, E), "an empty reply, then one of one token",
+             torch.tensor([x, x, E, x, x, x, 7, E])),
     ]  # fmt: skip
 
 

@@ -79,8 +79,14 @@ def global_max_logsumexp(x):  # the function the exercise shows: one maximum for
     return m + (x - m).exp().sum(dim=-1).log()
 
 
+def unguarded_logsumexp(x):  # each row's own maximum, but -inf - (-inf) = nan on a row of -inf only
+    m = x.max(dim=-1, keepdim=True).values
+    return (m + (x - m).exp().sum(dim=-1, keepdim=True).log()).squeeze(-1)
+
+
 MISTAKES["logsumexp"] = [
     global_max_logsumexp,
+    unguarded_logsumexp,
     lambda x: x.exp().sum(dim=-1).log(),  # overflows to inf
     lambda x: x.max(dim=-1).values,  # the max alone
     lambda x: torch.logsumexp(x, dim=-1),  # banned
@@ -224,6 +230,7 @@ MISTAKES["window-losses"] = [
     window_losses_as_shown,
     window_losses_one_count,
     lambda z, y: F.cross_entropy(z.flatten(0, 1), y.flatten()),  # one number for the batch
+    lambda z, y: SOLUTIONS["window-losses"](z, y).float(),  # float32 whatever the logits' dtype
 ]
 
 
@@ -263,6 +270,7 @@ MISTAKES["bits-per-character"] = [
     lambda losses, texts: sum(losses) / math.log(2) / len(losses),  # bits per token
     lambda losses, texts: sum(x / math.log(2) / len(t) for x, t in zip(losses, texts)) / len(texts),  # mean of ratios
     lambda losses, texts: sum(losses) * math.log(2) / sum(len(t) for t in texts),  # times ln 2
+    lambda losses, texts: sum(losses) / math.log(2) / sum(len(t.encode()) for t in texts),  # UTF-8 bytes
 ]
 
 
@@ -280,6 +288,7 @@ MISTAKES["linear-attention"] = [
     lambda q, k, v: linear_weights(q / q.shape[-1] ** 0.25, k / q.shape[-1] ** 0.25) @ v,  # scaled as softmax's
     lambda q, k, v: linear_weights(q, k) @ (F.elu(v) + 1),  # phi on the values
     lambda q, k, v: F.scaled_dot_product_attention(q, k, v),  # banned
+    lambda q, k, v: SOLUTIONS["linear-attention"](q, k, v).float(),  # float32 whatever the inputs' dtype
 ]
 
 MISTAKES["score-scale"] = [
@@ -383,6 +392,7 @@ MISTAKES["alibi-bias"] = [
     lambda slopes, T: -SOLUTIONS["alibi-bias"](slopes, T),  # the sign: far keys favoured
     alibi_absolute,
     lambda slopes, T: SOLUTIONS["alibi-bias"](slopes, T) - slopes[:, None, None] * torch.ones(T, T).tril(),  # i - j + 1
+    lambda slopes, T: SOLUTIONS["alibi-bias"](slopes, T).float(),  # float32 whatever the slopes' dtype
 ]
 
 
@@ -515,9 +525,15 @@ MISTAKES["top-p-min-keep"] = [
     lambda logits, p, keep: filter_logits(logits, top_p=p),  # banned
 ]  # the second: min_tokens_to_keep > 1 keeps everything
 
+def min_p_one_maximum(logits, m):  # each row's probabilities against the largest of the whole batch
+    probs = torch.softmax(logits, dim=-1)
+    return logits.masked_fill(probs < m * probs.max(), float("-inf"))
+
+
 MISTAKES["min-p"] = [
     lambda logits, m: logits.masked_fill(logits < m * logits.amax(-1, keepdim=True), float("-inf")),  # on logits
-    lambda logits, m: min_p(logits.flatten()[None], m).view_as(logits),  # one maximum for the batch
+    lambda logits, m: min_p(logits.flatten()[None], m).view_as(logits),  # one softmax for the batch
+    min_p_one_maximum,
     lambda logits, m: logits.masked_fill(torch.softmax(logits, -1) < m, float("-inf")),  # absolute threshold
 ]
 
@@ -529,8 +545,15 @@ def buggy_repetition_penalty(logits, previous, penalty):  # the function the exe
     return logits
 
 
+def penalised_in_place(logits, previous, penalty):  # right values, but the caller's logits changed too
+    for token in set(previous):
+        logits[token] = logits[token] / penalty if logits[token] > 0 else logits[token] * penalty
+    return logits
+
+
 MISTAKES["repetition-penalty"] = [
     buggy_repetition_penalty,
+    penalised_in_place,
     lambda logits, prev, pen: buggy_repetition_penalty(logits, set(prev), pen),  # the sign still wrong
     lambda logits, prev, pen: repetition_penalty(repetition_penalty(logits, prev, pen), prev[1:], pen),
 ]  # the last: penalises a repeat again
@@ -628,8 +651,16 @@ def answer_loss_of_row_means(logits, targets):
     return -((logp * keep).sum(dim=1) / keep.sum(dim=1)).mean()  # short answers weigh as much as long ones
 
 
+def answer_loss_by_exp(logits, targets):  # log(exp / sum): inf / inf = nan for large logits
+    keep = targets != -100
+    p = logits.exp() / logits.exp().sum(dim=-1, keepdim=True)
+    picked = p.gather(-1, targets.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1).log()
+    return -(picked * keep).sum() / keep.sum()
+
+
 MISTAKES["answer-loss"] = [
     buggy_answer_loss,
+    answer_loss_by_exp,
     lambda logits, targets: solutions.answer_loss(logits, targets.masked_fill(targets == 0, -100)),  # > 0
     answer_loss_of_row_means,
     lambda logits, targets: solutions.answer_loss(logits, targets) * (targets != -100).sum() / targets.numel(),
@@ -652,7 +683,19 @@ def chat_targets_shifted_by(ids, assistant_id, eot_id, closing=True, marker=Fals
     return torch.tensor(ids[1:], dtype=torch.long).masked_fill(~keep, -100)
 
 
+def chat_targets_by_index(ids, assistant_id, eot_id):  # each reply from its marker to the next end-of-text
+    keep, start = [False] * len(ids), ids.index(assistant_id) + 1  # ValueError: no reply at all
+    while True:
+        end = ids.index(eot_id, start + 1) if eot_id in ids[start + 1 :] else len(ids) - 1  # skips an empty reply
+        keep[start : end + 1] = [True] * (end + 1 - start)
+        if assistant_id not in ids[end:]:
+            break
+        start = ids.index(assistant_id, end) + 1
+    return torch.tensor(ids[1:]).masked_fill(~torch.tensor(keep[1:]), -100)
+
+
 MISTAKES["chat-targets"] = [
+    chat_targets_by_index,
     lambda ids, a, e: chat_targets_shifted_by(ids, a, e, closing=False),  # never learns to stop
     lambda ids, a, e: chat_targets_shifted_by(ids, a, e, marker=True),  # the marker as a target
     lambda ids, a, e: chat_targets_shifted_by(ids, a, e, last_only=True),  # the single-turn prompt mask
@@ -832,12 +875,12 @@ def test_an_exception_after_the_first_case_is_explained(fresh_kernel):
 
 def test_hints_come_in_steps_one_more_after_each_failure(fresh_kernel):
     steps = EXERCISES["logsumexp"].hints
-    assert len(steps) == 3
+    n = len(steps)
     wrong = MISTAKES["logsumexp"][0]
-    for shown in (1, 2, 3, 3):
+    for shown in (*range(1, n + 1), n):
         message = repr(check("logsumexp", wrong))
-        assert [s in message for s in steps] == [True] * shown + [False] * (3 - shown)
-        assert ("each failed run shows one more step" in message) == (shown < 3)
+        assert [s in message for s in steps] == [True] * shown + [False] * (n - shown)
+        assert ("each failed run shows one more step" in message) == (shown < n)
     assert check("logsumexp", SOLUTIONS["logsumexp"])  # passing leaves the count alone: no harm
 
 
@@ -853,6 +896,29 @@ def test_a_banned_function_fails_passed_called_or_imported_and_comes_back_afterw
     assert torch.logsumexp is imported and by_its_own_name(torch.zeros(2)).item() == pytest.approx(math.log(2))
     assert torch.zeros(2).logsumexp(0).item() == pytest.approx(math.log(2))
     assert "logsumexp" not in torch.Tensor.__dict__  # the method is the C one again
+
+
+def test_an_input_changed_in_place_fails_the_case_in_check_and_in_the_grader():
+    from course_lib.grading.student_process import _result
+
+    in_place = MISTAKES["mean-ablate"][-1]
+    message = repr(check("mean-ablate", in_place))
+    assert "case 1 of" in message and "changed its input `z` in place" in message
+    header, payload = _result(in_place, EXERCISES["mean-ablate"].cases()[0].args, [])
+    assert "changed its input `z` in place" in header["error"] and payload == b""
+
+
+def test_each_case_gets_its_own_copy_of_inputs_shared_between_cases():
+    seen = []
+
+    def records(logits, previous, penalty):
+        seen.append(logits)
+        return SOLUTIONS["repetition-penalty"](logits, previous, penalty)
+
+    cases = EXERCISES["repetition-penalty"].cases()
+    assert cases[0].args[0] is cases[1].args[0]  # the cases share one logits tensor
+    assert check("repetition-penalty", records)
+    assert len({id(t) for t in seen}) == len(seen) == len(cases)  # each call its own copy
 
 
 def test_a_ban_names_itself_and_is_lifted_even_when_the_check_fails():
@@ -1114,6 +1180,8 @@ MISTAKES["mean-ablate"] = [
     lambda z, h: ablated(z, h, z[:, :, h].mean(dim=0)),  # the mean over the batch only
     lambda z, h: z - z.mean(dim=(0, 1)) + z.mean(dim=(0, 1)) * 0,  # every head centred
     lambda z, h: ablated(z, h, 0.0),  # zero ablation
+    lambda z, h: z.index_copy_(2, torch.tensor([h]), z[:, :, h : h + 1].mean(dim=(0, 1), keepdim=True).expand_as(
+        z[:, :, h : h + 1]).clone()),  # right values, but z itself changed
 ]
 
 

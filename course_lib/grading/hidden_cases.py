@@ -115,6 +115,7 @@ def _logsumexp() -> list[Case]:
         Case((torch.randn(6, 7, generator=g).T * 40,), "a non-contiguous (7, 6) tensor"),
         Case((torch.zeros(1000),), "1,000 zeros: log 1000"),
         Case((torch.tensor([[-5e4, -5e4 - 1.0], [2e4, 2e4]], dtype=torch.float64),), "float64, far from 0"),
+        Case((torch.full((2, 3, 4), float("-inf")),), "every row -inf only: -inf"),
     ]
 
 
