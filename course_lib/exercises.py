@@ -232,9 +232,8 @@ def call(fn: Callable, args: tuple) -> Any:
     got = fn(*given)
     for k, (now, before) in enumerate(zip(given, kept)):
         if not _identical(now, before):
-            raise ChangedInput(
-                f"changed its input {_parameter_name(fn, k)} in place: leave the inputs as they were, return a new value"
-            )
+            name = _parameter_name(fn, k)
+            raise ChangedInput(f"changed its input {name} in place: leave the inputs as they were, return a new value")
     return got
 
 
@@ -674,8 +673,10 @@ def _window_loss_cases() -> list[Case]:
         ((torch.randn(2, 4, 5, generator=g), torch.tensor([[1, 2, 0, 3], [4, 1, 1, 0]])), "no padding"),
         ((torch.randn(2, 4, 5, generator=g), padded), "the second window ends in two -100 targets"),
         ((torch.randn(3, 6, 6, generator=g) * 2, ragged), "three windows, 6, 3 and 1 real targets"),
-        ((torch.randn(2, 3, 4, generator=g, dtype=torch.float64), torch.tensor([[0, 1, -100], [2, 3, 0]])),
-         "float64 logits: float64 losses"),
+        (
+            (torch.randn(2, 3, 4, generator=g, dtype=torch.float64), torch.tensor([[0, 1, -100], [2, 3, 0]])),
+            "float64 logits: float64 losses",
+        ),
     ]
     return [Case(args, note, _window_mean(*args)) for args, note in inputs]
 
@@ -1428,8 +1429,10 @@ def _answer_loss_cases() -> list[Case]:
         ((torch.randn(2, 3, 6, generator=g), targets_1), "no -100 at all: every target counts"),
         ((torch.randn(2, 4, 6, generator=g), targets_2), "the second row padded: two targets without a loss"),
         ((torch.randn(2, 5, 6, generator=g), targets_3), "prompts masked too; token 0 is a real target"),
-        ((torch.tensor([[[100.0, 0.0, -100.0], [0.0, 200.0, 0.0]]]), torch.tensor([[2, 1]])),
-         "large logits: -log p(2) = 200 in the first position, about 0 in the second"),
+        (
+            (torch.tensor([[[100.0, 0.0, -100.0], [0.0, 200.0, 0.0]]]), torch.tensor([[2, 1]])),
+            "large logits: -log p(2) = 200 in the first position, about 0 in the second",
+        ),
     ]
     return [Case(args, note, answer(*args)) for args, note in inputs]
 

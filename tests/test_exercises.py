@@ -525,6 +525,7 @@ MISTAKES["top-p-min-keep"] = [
     lambda logits, p, keep: filter_logits(logits, top_p=p),  # banned
 ]  # the second: min_tokens_to_keep > 1 keeps everything
 
+
 def min_p_one_maximum(logits, m):  # each row's probabilities against the largest of the whole batch
     probs = torch.softmax(logits, dim=-1)
     return logits.masked_fill(probs < m * probs.max(), float("-inf"))
@@ -1175,13 +1176,17 @@ def ablated(z, head, mean):
     return out
 
 
+def mean_ablate_in_place(z, head):  # the right values, but z itself changed
+    z[:, :, head] = z[:, :, head].mean(dim=(0, 1))
+    return z
+
+
 MISTAKES["mean-ablate"] = [
     lambda z, h: ablated(z, h, z[:, :, h].mean()),  # the bug: one number for all of D
     lambda z, h: ablated(z, h, z[:, :, h].mean(dim=0)),  # the mean over the batch only
     lambda z, h: z - z.mean(dim=(0, 1)) + z.mean(dim=(0, 1)) * 0,  # every head centred
     lambda z, h: ablated(z, h, 0.0),  # zero ablation
-    lambda z, h: z.index_copy_(2, torch.tensor([h]), z[:, :, h : h + 1].mean(dim=(0, 1), keepdim=True).expand_as(
-        z[:, :, h : h + 1]).clone()),  # right values, but z itself changed
+    mean_ablate_in_place,
 ]
 
 
