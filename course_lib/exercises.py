@@ -49,6 +49,7 @@ class Case:
     args: tuple
     note: str = ""
     expected: Any = _FROM_REFERENCE  # the answer, for an exercise without a reference
+    hint: int | str | None = None  # what this case tests: a step of the exercise's hint (from 0), or its own
 
 
 @dataclass
@@ -60,11 +61,20 @@ class Exercise:
     cases: Callable[[], list[Case]]
     hints: tuple[str, ...]
     bans: tuple[str, ...] = ()
+    prediction: bool = False  # a visible failure does not show the expected value: it is to be predicted
 
-    @property
-    def hint(self) -> str:
+    def steps(self, case_hint: int | str | None = None) -> tuple[str, ...]:
+        """The hint's steps in the order a failure of a case naming ``case_hint`` shows them: the
+        step that case tests (or its own hint) first, then the exercise's steps in their order."""
+        if case_hint is None:
+            return self.hints
+        if isinstance(case_hint, str):
+            return (case_hint, *self.hints)
+        return (self.hints[case_hint], *(h for i, h in enumerate(self.hints) if i != case_hint))
+
+    def hint(self, case_hint: int | str | None = None) -> str:
         """Every step of the hint in one line (the grader's feedback, after the deadline)."""
-        return " Then: ".join(self.hints)
+        return " Then: ".join(self.steps(case_hint))
 
     def expected(self, case: Case) -> Any:
         """The answer to ``case``: its own ``expected`` value, else the reference's."""
@@ -84,13 +94,17 @@ def exercise(
     reference: Callable | None = None,
     hint: str | Sequence[str],
     bans: Sequence[str] = (),
+    prediction: bool = False,
 ) -> Callable[[Callable[[], list[Case]]], Callable[[], list[Case]]]:
     """Register exercise ``name``; the decorated function returns its cases.
 
-    ``hint`` is one string or a list of steps (a nudge first); ``bans`` names functions the
-    student may not use, as dotted paths (``"torch.logsumexp"``, ``"torch.Tensor.logsumexp"``).
-    The cases are built afresh for every :func:`check`, so a student's function that changes
-    its inputs in place cannot spoil the next attempt.
+    ``hint`` is one string or a list of steps (a nudge first); a case may name the step it tests
+    (``Case(..., hint=2)``) or bring a step of its own, shown first when that case fails. ``bans``
+    names functions the student may not use, as dotted paths (``"torch.logsumexp"``,
+    ``"torch.Tensor.logsumexp"``). ``prediction``: the exercise asks the student to predict its
+    answers, so a failed check does not show the expected value. The cases are built afresh for
+    every :func:`check`, so a student's function that changes its inputs in place cannot spoil
+    the next attempt.
     """
     hints = (hint,) if isinstance(hint, str) else tuple(hint)
     for path in bans:
@@ -99,7 +113,7 @@ def exercise(
     def register(cases: Callable[[], list[Case]]) -> Callable[[], list[Case]]:
         if name in EXERCISES:
             raise ValueError(f"exercise {name!r} is defined twice")
-        EXERCISES[name] = Exercise(name, reference, cases, hints, tuple(bans))
+        EXERCISES[name] = Exercise(name, reference, cases, hints, tuple(bans), prediction)
         return cases
 
     return register
@@ -284,6 +298,60 @@ def _same(got: Any, expected: Any) -> bool:
     return got == expected
 
 
+def _entry(t: torch.Tensor, flat: int) -> tuple[tuple[int, ...], Any]:
+    """The index and value of entry number ``flat`` of ``t`` in row-major order."""
+    index, rest = [], flat
+    for size in reversed(t.shape):
+        index.append(rest % size)
+        rest //= size
+    index = tuple(reversed(index))
+    return index, t[index].item()
+
+
+def _difference(got: Any, expected: Any) -> str | None:
+    """Where ``got`` first differs from ``expected``, in words: a tensor's shape, dtype or first wrong
+    entry (with its index), a sequence's first wrong element, a string's first wrong character, a
+    dict's first wrong key. None when there is nothing more to say than the two values."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return f"a tensor is expected, not {type(got).__name__}"
+        if got.shape != expected.shape:
+            return f"the shape: expected {tuple(expected.shape)}, got {tuple(got.shape)}"
+        if got.dtype != expected.dtype:
+            agree = got.dtype.is_complex == expected.dtype.is_complex and _same(got.to(expected.dtype), expected)
+            return f"the dtype: expected {expected.dtype}, got {got.dtype}" + (" (the values agree)" if agree else "")
+        if expected.is_floating_point():
+            wrong = ~torch.isclose(got, expected, rtol=1e-4, atol=1e-5)
+        else:
+            wrong = got != expected
+        if not bool(wrong.any()):
+            return None
+        index, want = _entry(expected, int(wrong.flatten().nonzero()[0]))
+        where = f"at index {list(index)}" if index else "its value"
+        return (
+            f"first {where}: expected {want}, got {got[index].item()} "
+            f"({int(wrong.sum())} of {wrong.numel()} entries differ)"
+        )
+    if isinstance(expected, str) and isinstance(got, str):
+        k = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+        return f"first at character {k}: expected {expected[k : k + 10]!r}, got {got[k : k + 10]!r}"
+    if isinstance(expected, dict) and isinstance(got, dict):
+        keys = sorted(set(got) | set(expected), key=repr)
+        key = next((k for k in keys if not _same(got.get(k, 0), expected.get(k, 0))), None)
+        return None if key is None else f"at key {key!r}: expected {expected.get(key)!r}, got {got.get(key)!r}"
+    if isinstance(expected, (tuple, list)) and isinstance(got, (tuple, list, torch.Tensor)):
+        kind = type(expected).__name__
+        if isinstance(got, torch.Tensor):
+            got = got.tolist()
+        for k, (g, e) in enumerate(zip(got, expected)):
+            if not _same(g, e):
+                inner = None if isinstance(e, str) else _difference(g, e)  # a short string: shown whole
+                return f"element {k} of the {kind}: " + (inner or f"expected {_show(e, 80)}, got {_show(g, 80)}")
+        if len(got) != len(expected):
+            return f"the length: expected a {kind} of {len(expected)}, got {len(got)}"
+    return None
+
+
 def _show(value: Any, limit: int = 300) -> str:
     if isinstance(value, torch.Tensor):
         text = f"tensor of shape {tuple(value.shape)}, dtype {value.dtype}:\n{value}"
@@ -316,6 +384,7 @@ def check(name: str, fn: Callable) -> CheckResult:
     use = banned_use(ex.bans, fn)
     for k, (case, expected) in enumerate(zip(cases, answers), start=1):
         args_text = ", ".join(_show(a, 120) for a in case.args)
+        got: Any = _FROM_REFERENCE  # nothing returned (yet)
         if use is not None:
             got_text, ok = f"{use} itself, which this exercise bans", False
         else:
@@ -334,13 +403,20 @@ def check(name: str, fn: Callable) -> CheckResult:
                 got_text, ok = _show(got), _same(got, expected)
         if not ok:
             FAILURES[name] = FAILURES.get(name, 0) + 1
-            shown = ex.hints[: FAILURES[name]]
-            more = " (each failed run shows one more step)" if len(shown) < len(ex.hints) else ""
+            steps = ex.steps(case.hint)
+            shown = steps[: FAILURES[name]]
+            more = " (each failed run shows one more step)" if len(shown) < len(steps) else ""
+            if ex.prediction:  # the expected value is the number the student is asked to predict
+                expected_text, where = "not shown: it is what this exercise asks you to predict", None
+            else:
+                returned = got is not _FROM_REFERENCE
+                expected_text, where = _show(expected), _difference(got, expected) if returned else None
             message = (
                 f"❌ {name}: case {k} of {len(cases)} failed"
                 + (f" ({case.note})" if case.note else "")
-                + f"\n  input:    {args_text}\n  expected: {_show(expected)}\n  got:      {got_text}"
-                + "".join(f"\n  {label}{h}" for label, h in zip(_hint_labels(len(ex.hints)), shown))
+                + f"\n  input:    {args_text}\n  expected: {expected_text}\n  got:      {got_text}"
+                + (f"\n  differs:  {where}" if where else "")
+                + "".join(f"\n  {label}{h}" for label, h in zip(_hint_labels(len(steps)), shown))
                 + more
             )
             return CheckResult(name, False, message)
@@ -411,6 +487,7 @@ def _interpolated_cases() -> list[Case]:
         "clears it between the calls",
     ],
     bans=("torch.Tensor.backward", "torch.autograd.backward", "torch.autograd.grad"),
+    prediction=True,
 )
 def _accumulated_cases() -> list[Case]:
     return [
@@ -441,7 +518,7 @@ def _logsumexp_cases() -> list[Case]:
         Case((torch.tensor([[1.0, 2.0], [500.0, 0.0]]),), "a batch of rows far apart"),
         Case((torch.tensor([[-1000.0, -1000.0], [3.0, 4.0]]),), "a very negative row beside a small one"),
         Case((torch.tensor([[0.0, float("-inf")], [float("-inf"), float("-inf")]]),),
-             "-inf is probability 0; a row of -inf only: log 0 = -inf"),
+             "-inf is probability 0; a row of -inf only: log 0 = -inf", hint=3),
     ]  # fmt: skip
 
 
@@ -557,6 +634,7 @@ def _padded_window_cases() -> list[Case]:
         "(every id of the vocabulary, seen or not)",
     ],
     bans=("torch.Tensor.backward", "torch.autograd.backward", "torch.autograd.grad"),
+    prediction=True,
 )
 def _embedding_grad_cases() -> list[Case]:
     w = torch.arange(6.0).view(3, 2)  # rows [0, 1], [2, 3], [4, 5]
@@ -693,6 +771,7 @@ def _window_loss_cases() -> list[Case]:
         "follows), bits instead of nats, the mean over distinct contexts instead of over positions",
     ],
     bans=("course_lib.ngram.NGramLanguageModel",),
+    prediction=True,
 )
 def _min_training_loss_cases() -> list[Case]:
     return [
@@ -720,7 +799,12 @@ def _bits_per_character_cases() -> list[Case]:
         Case(([2 * ln2, 2 * ln2], ["ab", "c"]), "2 bits a token, 3 characters", 4 / 3),
         Case(([1.0, 3.0, 0.5], ["the", " ", "cat"]), "4.5 nats for 7 characters", 4.5 / ln2 / 7),
         Case(([1.0, 1.0], ["", "ab"]), "a token with no characters still costs", 2 / ln2 / 2),
-        Case(([3 * ln2, ln2], ["né", "e"]), "characters as len counts them: é is one (two UTF-8 bytes)", 4 / 3),
+        Case(
+            ([3 * ln2, ln2], ["né", "e"]),
+            "characters as len counts them: é is one (two UTF-8 bytes)",
+            4 / 3,
+            hint="count characters as len does: 'é' is one character, though UTF-8 needs two bytes for it",
+        ),
     ]
 
 
@@ -772,6 +856,7 @@ def _linear_attention_cases() -> list[Case]:
         "with mean-0 independent factors, Var(q_i k_i) = E[q_i^2] E[k_i^2]; and the d products are independent",
         "the variance of q . k is the sum of d of them; divide by its square root to bring it back to 1",
     ],
+    prediction=True,
 )
 def _score_scale_cases() -> list[Case]:
     return [
@@ -1081,7 +1166,9 @@ def _rms_norm_cases() -> list[Case]:
         ((torch.randn(2, 3, 8, generator=g) * 3, torch.randn(8, generator=g), 1e-6), "(B, T, C)"),
         ((torch.full((1, 4), 1e-3), torch.ones(4), 1e-6), "a tiny vector: eps matters"),
     ]
-    return [Case(args, note, answer(*args)) for args, note in inputs]
+    cases = [Case(args, note, answer(*args)) for args, note in inputs]
+    cases[-1].hint = 2  # the tiny vector tests where eps goes
+    return cases
 
 
 @exercise(
@@ -1340,6 +1427,7 @@ def _mean_pooling_cases() -> list[Case]:
         "at 0 of n), a term of z^2 / n forgotten, the ends returned high first",
     ],
     bans=("course_lib.evaluation.wilson_interval", "course_lib.evaluation.accuracy_text"),
+    prediction=True,
 )
 def _wilson_cases() -> list[Case]:
     return [
@@ -1434,7 +1522,12 @@ def _answer_loss_cases() -> list[Case]:
             "large logits: -log p(2) = 200 in the first position, about 0 in the second",
         ),
     ]
-    return [Case(args, note, answer(*args)) for args, note in inputs]
+    cases = [Case(args, note, answer(*args)) for args, note in inputs]
+    cases[-1].hint = (
+        "exp(200) overflows: log(exp / sum) gives inf / inf = nan; torch.log_softmax (or the logits minus their "
+        "logsumexp) stays finite"
+    )
+    return cases
 
 
 @exercise(
@@ -1472,6 +1565,7 @@ def _chat_target_cases() -> list[Case]:
         "targets with a loss over that, a float",
     ],
     bans=("course_lib.instruct.collate",),
+    prediction=True,
 )
 def _loss_share_cases() -> list[Case]:
     return [
@@ -1493,6 +1587,7 @@ def _loss_share_cases() -> list[Case]:
         "iterate until nothing moves by 1e-7, then subtract the mean; usual mistakes: strengths from each "
         "model's overall win rate, wins read transposed, too few steps",
     ],
+    prediction=True,
 )
 def _bradley_terry_cases() -> list[Case]:
     log3 = math.log(3)
@@ -1517,6 +1612,7 @@ def _bradley_terry_cases() -> list[Case]:
         "pass@k is the chance of the opposite, as a float (math.comb gives 0 when fewer than k samples are "
         "wrong). The usual mistake, 1 - (1 - c / n) ** k, draws with replacement and is biased low",
     ],
+    prediction=True,
 )
 def _pass_at_k_cases() -> list[Case]:
     return [
@@ -1584,6 +1680,7 @@ def _holm_cases() -> list[Case]:
         "n is odd, so a majority is k >= (n + 1) / 2, i.e. k > n / 2; the answer is a float. Usual mistakes: "
         "k >= n // 2, p ** n (all right), 1 - (1 - p) ** n (at least one right)",
     ],
+    prediction=True,
 )
 def _majority_right_cases() -> list[Case]:
     return [
@@ -1607,6 +1704,7 @@ def _majority_right_cases() -> list[Case]:
         "add the two for each problem, then average over the problems; usual mistakes: only the all-wrong "
         "groups, the formula applied to the mean rate instead of to each problem",
     ],
+    prediction=True,
 )
 def _zero_contrast_cases() -> list[Case]:
     return [
@@ -1760,6 +1858,7 @@ def _unpack_cases() -> list[Case]:
         "so the rate is the sum of min(p, q) over the last dimension, one number per row; usual mistakes: "
         "q * min(1, p / q) (0 / 0 where q = 0), a mean instead of a sum, 1 - sum |p - q| without the half",
     ],
+    prediction=True,
 )
 def _acceptance_cases() -> list[Case]:
     p = torch.tensor([[0.5, 0.2, 0.2, 0.1, 0.0], [0.2, 0.2, 0.2, 0.2, 0.2]])
@@ -1827,6 +1926,7 @@ def _duplicate_scores(attention: list[torch.Tensor], period: int) -> torch.Tenso
         "T - 1 numbers 1/2, 1/3, ..., 1/T",
         "usual mistakes: 1/T everywhere, position 0 counted (weight 1 on nothing), 1/t instead of 1/(t + 1)",
     ],
+    prediction=True,
 )
 def _uniform_score_cases() -> list[Case]:
     def exact(T: int) -> float:

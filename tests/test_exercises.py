@@ -885,6 +885,47 @@ def test_hints_come_in_steps_one_more_after_each_failure(fresh_kernel):
     assert check("logsumexp", SOLUTIONS["logsumexp"])  # passing leaves the count alone: no harm
 
 
+def test_a_failure_says_where_expected_and_got_first_differ(fresh_kernel):
+    message = repr(check("split-windows", MISTAKES["split-windows"][0]))  # windows shuffled, then split
+    assert "\n  differs:  element 0 of the tuple: first at index [0, 0]: expected 0, got 14 (20 of 24" in message
+    message = repr(check("longest-match", MISTAKES["longest-match"][0]))
+    assert "\n  differs:  element 0 of the list: expected 'hell', got 'he'" in message
+    message = repr(check("chunk-pair-counts", MISTAKES["chunk-pair-counts"][0]))
+    assert "\n  differs:  at key (1, 2): expected 3, got 2" in message
+
+
+def test_a_right_answer_in_another_dtype_is_told_as_a_dtype_mismatch(fresh_kernel):
+    message = repr(check("answer-loss", lambda logits, targets: solutions.answer_loss(logits.double(), targets)))
+    assert "\n  differs:  the dtype: expected torch.float32, got torch.float64 (the values agree)" in message
+
+
+def test_the_hint_is_chosen_by_the_case_that_failed(fresh_kernel):
+    def eps_outside(x, weight, eps):
+        return x / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps) * weight
+
+    steps = EXERCISES["rms-norm"].hints
+    message = repr(check("rms-norm", eps_outside))
+    assert "case 4 of 4" in message and f"hint 1:   {steps[2]}" in message and steps[0] not in message
+    message = repr(check("answer-loss", MISTAKES["answer-loss"][1]))  # log(exp / sum)
+    assert "(large logits" in message and "hint 1:   exp(200) overflows" in message
+
+
+PREDICTIONS = [  # exercises whose visible answers are the numbers the student is asked to predict
+    "accumulated-grad", "embedding-grad", "score-scale", "min-training-loss", "wilson-interval", "loss-share",
+    "bradley-terry", "pass-at-k", "majority-right", "zero-contrast-share", "draft-acceptance",
+    "uniform-previous-token-score",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", PREDICTIONS)
+def test_a_prediction_does_not_show_the_number_to_be_predicted(name, fresh_kernel):
+    answers = [EXERCISES[name].expected(case) for case in EXERCISES[name].cases()]
+    for wrong in MISTAKES[name]:
+        message = repr(check(name, wrong))
+        k = int(re.search(r"case (\d+) of", message).group(1))
+        assert "expected: not shown" in message and f"expected: {exercises._show(answers[k - 1])}" not in message
+
+
 def test_a_banned_function_fails_passed_called_or_imported_and_comes_back_afterwards():
     from torch import logsumexp as imported
 
@@ -969,7 +1010,7 @@ def test_exercises_are_defined_in_the_order_the_notebooks_use_them():
 def test_an_exercise_name_is_defined_once():
     with pytest.raises(ValueError, match="'trigram-counts' is defined twice"):
         exercise("trigram-counts", reference=list, hint="")(lambda: [Case(([1, 2],))])
-    assert EXERCISES["trigram-counts"].hint.startswith("a trigram is three tokens")
+    assert EXERCISES["trigram-counts"].hint().startswith("a trigram is three tokens")
 
 
 def test_every_solution_is_shown_to_an_instructor():

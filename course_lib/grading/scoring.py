@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..exercises import _FROM_REFERENCE, EXERCISES, Case, _same, _show
+from ..exercises import _FROM_REFERENCE, EXERCISES, Case, _difference, _same, _show
 from ..files import sha256_file, write_atomically
 
 STATUSES = ("passed", "failed", "error", "timeout", "not attempted")
@@ -96,6 +96,7 @@ class GradedCase:
     hidden: bool
     args_text: str
     expected: Any
+    hint: int | str | None = None  # the step of the hint this case tests, or its own (Case.hint)
 
 
 @dataclass
@@ -114,7 +115,8 @@ class Answers:
             made = [(c, False) for c in ex.cases()] + [(c, True) for c in more()]
             fresh = ex.cases() + more()  # a second copy: the one sent cannot be the one answered from
             cases[name] = [
-                GradedCase(c.note, h, ", ".join(_show(a, 120) for a in c.args), _answer(name, c)) for c, h in made
+                GradedCase(c.note, h, ", ".join(_show(a, 120) for a in c.args), _answer(name, c), c.hint)
+                for c, h in made
             ]
             inputs[name] = [c.args for c in fresh]
         return cls(cases, inputs)
@@ -188,11 +190,13 @@ def unfinished(notebook: str, name: str, answers: Answers, status: str, what: st
     return Grade(notebook, name, status, 0, len(answers.cases[name]), what, what_happened=what)
 
 
-def _got_text(result: dict) -> str:
+def _got_text(result: dict, expected: Any = None, ok: bool = True) -> str:
+    """What came back, in words; for a wrong value, also where it first differs from ``expected``."""
     if "error" in result:
         return str(result["error"])[:300]
     try:
-        return _show(result.get("value"))
+        where = None if ok else _difference(result.get("value"), expected)
+        return _show(result.get("value")) + (f"\ndiffers:  {where}" if where else "")
     except Exception:
         return "a value that cannot be shown"
 
@@ -210,7 +214,7 @@ def score(notebook: str, name: str, answers: Answers, results: dict[int, dict], 
             ok = "error" not in result and bool(_same(result.get("value"), case.expected))
         except Exception:  # whatever came back, it is not the answer
             ok = False
-        checked.append((case, ok, _got_text(result)))
+        checked.append((case, ok, _got_text(result, case.expected, ok)))
     passed = sum(ok for _, ok, _ in checked)
     total = len(cases)
     visible = sum(not c.hidden for c in cases)
@@ -234,6 +238,6 @@ def score(notebook: str, name: str, answers: Answers, results: dict[int, dict], 
         parts.append(
             f"first failure: {kind} case {number} of {of}"
             + (f" ({case.note})" if case.note else "")
-            + f"; input: {case.args_text}; expected: {_show(case.expected)}; got: {got}; hint: {ex.hint}"
+            + f"; input: {case.args_text}; expected: {_show(case.expected)}; got: {got}; hint: {ex.hint(case.hint)}"
         )
     return Grade(notebook, name, status, passed, total, "; ".join(parts), checked, what)
