@@ -9,8 +9,15 @@ neutral line, so a notebook is stored showing no case, no answer and no hint. Ea
 fresh copy of its case's inputs (:func:`call`), and a function that changes one of them in place
 fails that case: the statements ask for a new value, and the caller's tensors must stay as they were.
 
-An exercise may ban functions (``bans``): while its check runs they are replaced by one that
-raises :class:`BannedFunction` naming the ban, and passing a banned function itself fails.
+An exercise may ban functions (``bans``). Before the first case, the student's function is read
+(:func:`banned_use`): its code and the code nested in it, its default arguments, closures, the globals
+it names (followed through the student's own functions, classes and containers) and the attributes it
+names on modules (a re-export such as ``course_lib.rl.wilson_interval`` is the banned function itself);
+reaching a banned function, or torch's private namespaces (``torch._C``, ``torch.ops``, ``torch._*``),
+fails every case with a sentence saying how. While the cases run, each banned function is replaced,
+in its module and in every module that re-exports it, by one that raises :class:`BannedFunction`. A
+ban is a rule the checker enforces against these routes, not a sandbox: code built to hide what it
+calls (names assembled at run time) can still get through, and the grader runs the same checks.
 
 Each case's expected answer is either the case's own ``expected`` value (for an exercise whose
 answer is no course_lib function: nothing a student could import answers it) or the
@@ -31,8 +38,12 @@ import functools
 import importlib
 import inspect
 import math
+import os
+import sys
+import sysconfig
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -142,23 +153,56 @@ def _resolve(path: str) -> tuple[Any, str]:
     raise ImportError(f"cannot ban {path!r}: no module to find it in")
 
 
+def _originals(paths: Sequence[str]) -> dict[int, str]:
+    """id of each banned function -> its path."""
+    originals = {}
+    for path in paths:
+        owner, attr = _resolve(path)
+        originals[id(getattr(owner, attr))] = path
+    return originals
+
+
 def _is_banned(fn: Any, originals: dict[int, str]) -> str | None:
-    """The banned path ``fn`` is (or wraps with functools.partial), else None."""
-    while True:
+    """The banned path ``fn`` is (or wraps with functools.partial or a decorator), else None."""
+    for _ in range(100):
         if id(fn) in originals:
             return originals[id(fn)]
         if isinstance(fn, functools.partial):
             fn = fn.func
-        elif hasattr(fn, "__wrapped__"):
-            fn = fn.__wrapped__
+        elif isinstance(getattr(fn, "__dict__", None), dict) and "__wrapped__" in fn.__dict__:
+            fn = fn.__dict__["__wrapped__"]
         else:
             return None
+    return None
+
+
+_MODULE_INDEX: dict[tuple[frozenset[int], int], dict[int, list[tuple[Any, str]]]] = {}
+
+
+def _module_names(ids: frozenset[int]) -> dict[int, list[tuple[Any, str]]]:
+    """Every (module, name) of a loaded module that holds one of the objects ``ids``: the
+    re-exports of a banned function (``course_lib.rl.wilson_interval`` is ``course_lib.evaluation``'s)."""
+    key = (ids, len(sys.modules))
+    if key not in _MODULE_INDEX:
+        found: dict[int, list[tuple[Any, str]]] = {}
+        for module in list(sys.modules.values()):
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for name, value in list(namespace.items()):
+                if id(value) in ids:
+                    found.setdefault(id(value), []).append((module, name))
+        _MODULE_INDEX.clear()  # one set of bans at a time is all a check needs
+        _MODULE_INDEX[key] = found
+    return _MODULE_INDEX[key]
 
 
 @contextlib.contextmanager
 def banned(paths: Sequence[str], fn: Any = None) -> Iterator[None]:
-    """While inside, each of ``paths`` raises :class:`BannedFunction`, in its module or class and
-    under any name ``fn``'s module or closure bound it to (``from torch import logsumexp``)."""
+    """While inside, each of ``paths`` raises :class:`BannedFunction`: in its module or class, in every
+    loaded module that re-exports it, and under any name ``fn``'s module or closure bound it to
+    (``from torch import logsumexp``). What the call cannot reach this way (a default argument, a
+    container, torch's private namespaces) :func:`banned_use` finds by reading ``fn``."""
     _missing = object()
     undo: list[tuple[Any, str, Any]] = []
     originals: dict[int, str] = {}
@@ -179,6 +223,10 @@ def banned(paths: Sequence[str], fn: Any = None) -> Iterator[None]:
             owner, attr = _resolve(path)
             originals[id(getattr(owner, attr))] = path
             replace(owner, attr, refusal(path))
+        for held, places in _module_names(frozenset(originals)).items():
+            for module, name in places:
+                if module.__dict__.get(name) is not None and id(module.__dict__[name]) == held:
+                    replace(module, name, refusal(originals[held]))
         scopes = [getattr(fn, "__globals__", {})] if paths else []
         for scope in scopes:  # the student's own names for a banned function
             for name, value in list(scope.items()):
@@ -201,13 +249,143 @@ def banned(paths: Sequence[str], fn: Any = None) -> Iterator[None]:
                 setattr(owner, attr, before)
 
 
+class BanBypassed(RuntimeError):
+    """Raised for a function that reaches a banned function by a route the check cannot close."""
+
+
+_PRIVATE_TORCH = frozenset({"_C", "ops", "_ops", "_VF", "_execution_engine", "_refs", "_prims", "_decomp"})
+"""Attribute names of torch's private namespaces (besides every ``torch._name``): where an exercise
+bans a function, its C and ATen versions are reachable through them, so the check refuses them all."""
+
+_LIBRARY_ROOTS = tuple(
+    str(Path(p).resolve()) + os.sep
+    for p in {*(sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")), Path(__file__).parent}
+)
+
+
+def _library(obj: Any) -> bool:
+    """``obj`` is defined by the standard library, an installed package or course_lib (not read
+    further: the ban replaces what they call by name), not by the student."""
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        filename = code.co_filename
+    else:
+        module = getattr(obj, "__module__", None)
+        if not isinstance(module, str) or module == "__main__":  # a notebook's own class
+            return False
+        filename = getattr(sys.modules.get(module), "__file__", None) or ("<built-in>" if module == "builtins" else "")
+    if filename.startswith(("<frozen", "<built-in")):
+        return True
+    return bool(filename) and not filename.startswith("<") and str(Path(filename).resolve()).startswith(_LIBRARY_ROOTS)
+
+
+def _code_names(code: Any) -> tuple[set[str], set[str]]:
+    """The names a code object and the code nested in it use, and its string constants."""
+    names, strings = set(code.co_names), set()
+    for const in code.co_consts:
+        if isinstance(const, str):
+            strings.add(const)
+        elif inspect.iscode(const):
+            more, more_strings = _code_names(const)
+            names |= more
+            strings |= more_strings
+    return names, strings
+
+
+def _private(names: set[str], strings: set[str], scope: dict) -> list[str]:
+    """The names and strings by which code reaches torch's private namespaces."""
+    hits = {n for n in names if n not in scope and (n in _PRIVATE_TORCH or _torch_private(n))}
+    hits |= {s for s in strings if s in _PRIVATE_TORCH or _torch_private(s) or s.startswith(("torch._", "torch.ops"))}
+    return sorted(hits)
+
+
+def _torch_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name in vars(torch)
+
+
 def banned_use(paths: Sequence[str], fn: Any) -> str | None:
-    """The banned path that ``fn`` itself is (passing ``torch.logsumexp`` as the answer), else None."""
-    originals = {}
-    for path in paths:
-        owner, attr = _resolve(path)
-        originals[id(getattr(owner, attr))] = path
-    return _is_banned(fn, originals)
+    """How ``fn`` uses a function that ``paths`` ban, in a sentence, read from ``fn`` before it runs:
+    it is one (passing ``torch.logsumexp`` as the answer), or reaches one through a default argument,
+    a closure, a global or an attribute it names, a container or class of its own, a function of its
+    own that does (recursively), a re-export under another module's name, or torch's private
+    namespaces (``torch._C``, ``torch.ops``, ``torch._*``). None when it does none of these."""
+    if not paths:
+        return None
+    originals = _originals(paths)
+    seen: set[int] = set()
+    todo: list[tuple[Any, str]] = [(fn, "")]
+    while todo and len(seen) < 100_000:
+        obj, route = todo.pop()
+        if id(obj) in seen or isinstance(obj, (str, bytes, int, float, complex, bool, torch.Tensor)) or obj is None:
+            continue
+        seen.add(id(obj))
+        hit = _is_banned(obj, originals)
+        if hit is not None:
+            return f"{hit} {route or 'itself'}, which this exercise bans"
+        if isinstance(obj, functools.partial):
+            todo += [(v, route or "through functools.partial") for v in (obj.func, *obj.args, *obj.keywords.values())]
+        elif inspect.ismethod(obj):
+            todo += [(obj.__func__, route), (obj.__self__, route)]
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            todo += [(v, route or "kept in a container") for v in list(obj)]
+        elif isinstance(obj, dict):
+            todo += [(v, route or "kept in a container") for v in list(obj.values()) + list(obj)]
+        elif inspect.ismodule(obj) or _library(obj):
+            continue  # reached by name below, attribute by attribute
+        elif inspect.isfunction(obj):
+            name = obj.__qualname__
+            found = _reached_by(obj, originals)
+            if found is not None:
+                return found
+            todo += [(d, f"as a default argument of {name}") for d in obj.__defaults__ or ()]
+            todo += [(d, f"as a default argument of {name}") for d in (obj.__kwdefaults__ or {}).values()]
+            for cell in obj.__closure__ or ():
+                with contextlib.suppress(ValueError):  # an empty cell
+                    todo.append((cell.cell_contents, route or f"through a name {name} closes over"))
+            names, _ = _code_names(obj.__code__)
+            todo += [
+                (obj.__globals__[n], route or f"through the global {n} of {name}")
+                for n in names
+                if n in obj.__globals__
+            ]
+        elif isinstance(obj, type):
+            todo += [(v, route or f"through the class {obj.__name__}") for v in list(vars(obj).values())]
+        elif isinstance(getattr(obj, "__dict__", None), dict):
+            todo += [
+                (type(obj), route),
+                *((v, route or "through an object's attribute") for v in list(vars(obj).values())),
+            ]
+    return None
+
+
+def _reached_by(fn: Any, originals: dict[int, str]) -> str | None:
+    """What ``fn``'s code reaches by attribute: a banned function as ``module.name`` (followed through
+    the modules and classes it names, and modules named by a string), or torch's private namespaces."""
+    names, strings = _code_names(fn.__code__)
+    private = _private(names, strings, fn.__globals__)
+    if private:
+        return (
+            f"{fn.__qualname__} reaches torch's private namespaces ({', '.join(private)}), which this exercise's "
+            "ban refuses: they hold the banned function's C and ATen versions"
+        )
+    frontier = [fn.__globals__[n] for n in names if n in fn.__globals__]
+    frontier += [sys.modules[s] for s in strings if s in sys.modules]
+    frontier = [v for v in frontier if inspect.ismodule(v) or isinstance(v, type)]
+    seen = {id(v) for v in frontier}
+    for _ in range(4):  # torch.nn.functional.cross_entropy: three attributes deep
+        following = []
+        for owner in frontier:
+            for n in names:
+                value = inspect.getattr_static(owner, n, None)
+                hit = None if value is None else _is_banned(value, originals)
+                if hit is not None:
+                    where = getattr(owner, "__name__", "?")
+                    return f"{hit} (as {where}.{n} in {fn.__qualname__}), which this exercise bans"
+                if (inspect.ismodule(value) or isinstance(value, type)) and id(value) not in seen:
+                    seen.add(id(value))
+                    following.append(value)
+        frontier = following
+    return None
 
 
 # == one call: a fresh copy of the inputs, left as it was =================================
@@ -386,7 +564,7 @@ def check(name: str, fn: Callable) -> CheckResult:
         args_text = ", ".join(_show(a, 120) for a in case.args)
         got: Any = _FROM_REFERENCE  # nothing returned (yet)
         if use is not None:
-            got_text, ok = f"{use} itself, which this exercise bans", False
+            got_text, ok = use, False
         else:
             try:
                 with banned(ex.bans, fn):

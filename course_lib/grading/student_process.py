@@ -81,11 +81,11 @@ def _result(fn, args: tuple, bans: list[str]) -> tuple[dict, bytes]:
 
     try:
         if bans:
-            from course_lib.exercises import banned, banned_use
+            from course_lib.exercises import BanBypassed, banned, banned_use
 
             use = banned_use(bans, fn)
             if use is not None:
-                raise RuntimeError(f"{use} itself, which this exercise bans")
+                raise BanBypassed(use)
             with banned(bans, fn):
                 returned = call(fn, args)
         else:
