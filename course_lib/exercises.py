@@ -321,7 +321,9 @@ def banned_use(paths: Sequence[str], fn: Any) -> str | None:
         seen.add(id(obj))
         hit = _is_banned(obj, originals)
         if hit is not None:
-            return f"{hit} {route or 'itself'}, which this exercise bans"
+            if not route:
+                return f"{hit} is banned in this exercise: passing it is not writing it"
+            return f"{hit} is banned in this exercise, and the function reaches it {route}"
         if isinstance(obj, functools.partial):
             todo += [(v, route or "through functools.partial") for v in (obj.func, *obj.args, *obj.keywords.values())]
         elif inspect.ismethod(obj):
@@ -365,8 +367,8 @@ def _reached_by(fn: Any, originals: dict[int, str]) -> str | None:
     private = _private(names, strings, fn.__globals__)
     if private:
         return (
-            f"{fn.__qualname__} reaches torch's private namespaces ({', '.join(private)}), which this exercise's "
-            "ban refuses: they hold the banned function's C and ATen versions"
+            f"{fn.__qualname__} reaches torch's private namespaces ({', '.join(private)}), which are banned in "
+            "this exercise: they hold the C and ATen versions of its banned functions"
         )
     frontier = [fn.__globals__[n] for n in names if n in fn.__globals__]
     frontier += [sys.modules[s] for s in strings if s in sys.modules]
@@ -380,7 +382,7 @@ def _reached_by(fn: Any, originals: dict[int, str]) -> str | None:
                 hit = None if value is None else _is_banned(value, originals)
                 if hit is not None:
                     where = getattr(owner, "__name__", "?")
-                    return f"{hit} (as {where}.{n} in {fn.__qualname__}), which this exercise bans"
+                    return f"{hit} is banned in this exercise, and {fn.__qualname__} reaches it as {where}.{n}"
                 if (inspect.ismodule(value) or isinstance(value, type)) and id(value) not in seen:
                     seen.add(id(value))
                     following.append(value)
@@ -1328,7 +1330,9 @@ def _llama_parameter_cases() -> list[Case]:
         "the statement promises any shape (..., C): try the buggy function on inputs other than a matrix",
         "dim=1 is the last dimension of a (T, C) input but the TOKENS of a (B, T, C) one: each vector must be "
         "normalised over its own features, dim=-1",
-        "then x / sqrt(mean(x ** 2) + eps) * weight, eps inside the square root",
+        "then x / sqrt(mean(x ** 2) + eps) * (1 + weight), eps inside the square root",
+        "300 ** 2 = 90,000 is above float16's largest value, 65,504: inf, and x / inf = 0; square a float16 or "
+        "bfloat16 x in float32 (x.float()) and give the result back in x's dtype (.to(x.dtype))",
     ],
     bans=("torch.nn.functional.rms_norm", "torch.rms_norm", "course_lib.layers.RMSNorm"),
 )
@@ -1336,16 +1340,19 @@ def _rms_norm_cases() -> list[Case]:
     g = _seeded(6)
 
     def answer(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
+        work = x.double()  # at least float32, as the statement asks: the same answer to within the check
+        return (work / torch.sqrt(work.pow(2).mean(dim=-1, keepdim=True) + eps) * (1 + weight.double())).to(x.dtype)
 
+    half = torch.tensor([[300.0, -400.0, 100.0, 0.0], [1.0, 2.0, -2.0, 1.0]], dtype=torch.float16)
     inputs = [
-        ((torch.tensor([[3.0, 4.0]]), torch.ones(2), 0.0), "one vector: divided by its RMS, sqrt(12.5)"),
+        ((torch.tensor([[3.0, 4.0]]), torch.zeros(2), 0.0), "one vector, weight 0: divided by its RMS, sqrt(12.5)"),
         ((torch.randn(5, 4, generator=g), torch.randn(4, generator=g), 1e-6), "(T, C) with weights"),
         ((torch.randn(2, 3, 8, generator=g) * 3, torch.randn(8, generator=g), 1e-6), "(B, T, C)"),
-        ((torch.full((1, 4), 1e-3), torch.ones(4), 1e-6), "a tiny vector: eps matters"),
+        ((torch.full((1, 4), 1e-3), torch.zeros(4), 1e-6), "a tiny vector: eps matters"),
+        ((half, torch.tensor([0.0, 0.5, -0.5, 1.0], dtype=torch.float16), 1e-6), "float16: squares above 65,504"),
     ]
     cases = [Case(args, note, answer(*args)) for args, note in inputs]
-    cases[-1].hint = 2  # the tiny vector tests where eps goes
+    cases[3].hint, cases[4].hint = 2, 3  # the tiny vector tests where eps goes; float16, the float32 squares
     return cases
 
 

@@ -440,15 +440,25 @@ MISTAKES["llama-parameters"] = [
 
 
 def rms_over_dim_1(x, weight, eps):  # the function the exercise shows
-    return x / torch.sqrt(x.pow(2).mean(dim=1, keepdim=True) + eps) * weight
+    return x / torch.sqrt(x.pow(2).mean(dim=1, keepdim=True) + eps) * (1 + weight)
+
+
+def rms_norm_with(x, weight, eps, reduce=torch.mean, centred=False, scale=lambda w: 1 + w, work=torch.float32):
+    y = x.to(work) if x.dtype in (torch.float16, torch.bfloat16) else x
+    if centred:  # a LayerNorm
+        y = y - y.mean(dim=-1, keepdim=True)
+    return (y / torch.sqrt(reduce(y.pow(2), dim=-1, keepdim=True) + eps) * scale(weight.to(y.dtype))).to(x.dtype)
 
 
 MISTAKES["rms-norm"] = [
     rms_over_dim_1,
-    lambda x, w, eps: x / torch.sqrt(x.pow(2).sum(dim=-1, keepdim=True) + eps) * w,  # the sum, not the mean
-    lambda x, w, eps: (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps) * w,
-    lambda x, w, eps: torch.nn.functional.rms_norm(x, w.shape, w, eps),  # banned
-]  # the third: a LayerNorm
+    lambda x, w, eps: rms_norm_with(x, w, eps, reduce=torch.sum),  # the sum, not the mean
+    lambda x, w, eps: rms_norm_with(x, w, eps, centred=True),  # a LayerNorm
+    lambda x, w, eps: torch.nn.functional.rms_norm(x, w.shape, 1 + w, eps),  # banned
+    lambda x, w, eps: rms_norm_with(x, w, eps, scale=lambda w: w),  # LLaMA's scale, weight not 1 + weight
+    lambda x, w, eps: rms_norm_with(x, w, eps, work=x.dtype),  # squares in float16: inf
+    lambda x, w, eps: rms_norm_with(x.float(), w, eps),  # float32 whatever the dtype of x
+]
 
 MISTAKES["residual-std"] = [
     lambda L, s: math.sqrt(1 + L * s**2),  # one branch a block
@@ -901,11 +911,11 @@ def test_a_right_answer_in_another_dtype_is_told_as_a_dtype_mismatch(fresh_kerne
 
 def test_the_hint_is_chosen_by_the_case_that_failed(fresh_kernel):
     def eps_outside(x, weight, eps):
-        return x / (x.pow(2).mean(dim=-1, keepdim=True).sqrt() + eps) * weight
+        return (x.double() / (x.double().pow(2).mean(dim=-1, keepdim=True).sqrt() + eps) * (1 + weight)).to(x.dtype)
 
     steps = EXERCISES["rms-norm"].hints
     message = repr(check("rms-norm", eps_outside))
-    assert "case 4 of 4" in message and f"hint 1:   {steps[2]}" in message and steps[0] not in message
+    assert "case 4 of 5" in message and f"hint 1:   {steps[2]}" in message and steps[0] not in message
     message = repr(check("answer-loss", MISTAKES["answer-loss"][1]))  # log(exp / sum)
     assert "(large logits" in message and "hint 1:   exp(200) overflows" in message
 

@@ -471,7 +471,11 @@ def _rms_norm() -> list[Case]:
         Case(
             (torch.randn(2, 8, generator=g, dtype=torch.float64), torch.ones(8, dtype=torch.float64), 1e-6), "float64"
         ),
-    ]
+        Case(((torch.randn(3, 2, 8, generator=g) * 500).half(), torch.randn(8, generator=g).half(), 1e-6),
+             "float16 activations of a few hundred"),
+        Case(((torch.randn(4, 16, generator=g) * 1e3).bfloat16(), torch.zeros(16, dtype=torch.bfloat16), 1e-5),
+             "bfloat16"),
+    ]  # fmt: skip
 
 
 @hidden("residual-std")

@@ -292,8 +292,9 @@ def llama_parameters(vocab_size: int, d_model: int, n_layers: int, hidden: int) 
 
 @solution("rms-norm")
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., 1): over each vector's features
-    return x / rms * weight
+    work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # half-precision squares overflow
+    rms = torch.sqrt(work.pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., 1): over each vector's features
+    return (work / rms * (1 + weight.to(work.dtype))).to(x.dtype)  # Gemma's scale: 1 + weight
 
 
 @solution("residual-std")
