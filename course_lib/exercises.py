@@ -1605,21 +1605,22 @@ def _mean_pooling_cases() -> list[Case]:
 @exercise(
     "wilson-interval",
     hint=[
-        "the condition has the unknown p on both sides: square it; what kind of equation in p do you get?",
-        "(k/n - p)^2 = z^2 p (1 - p) / n is a quadratic in p: collect its terms as a p^2 + b p + c = 0; its two "
-        "roots are the two ends",
-        "usual mistakes: the standard error taken at k/n instead of at p (that is the Wald interval, of width 0 "
-        "at 0 of n), a term of z^2 / n forgotten, the ends returned high first",
+        "take the low end alone: there p is below k/n, so the condition reads (k - 1/2)/n - p <= z sqrt(p (1 - p) "
+        "/ n); the unknown p is on both sides: square it; what kind of equation in p do you get?",
+        "((k - 1/2)/n - p)^2 = z^2 p (1 - p) / n is a quadratic in p (collect it as a p^2 + b p + c = 0): the low "
+        "end is its smaller root; the high end is the larger root of the same quadratic with (k + 1/2)/n",
+        "at k = 0 the low side holds for every p (its left side is negative): the low end is 0; so is the high "
+        "end 1 at k = n. Usual mistakes: Wilson's interval uncorrected, the half count on the wrong side, the "
+        "standard error at k/n (Wald's), the ends returned high first",
     ],
     bans=("course_lib.evaluation.wilson_interval", "course_lib.evaluation.accuracy_text"),
-    prediction=True,
 )
 def _wilson_cases() -> list[Case]:
     return [
-        Case((5, 10), "5 of 10: symmetric about 0.5", (0.23659, 0.76341)),
-        Case((0, 10), "none right: the low end is 0, the high end is not", (0.0, 0.27754)),
-        Case((69, 135), "the head alone on validation", (0.427654, 0.593954)),
-        Case((10, 10), "all right", (0.72246, 1.0)),
+        Case((5, 10), "5 of 10: symmetric about 0.5", (0.20142, 0.79858)),
+        Case((0, 10), "none right: the low end is 0, the high end is not", (0.0, 0.344544)),
+        Case((69, 135), "the head alone on validation", (0.424041, 0.597539)),
+        Case((10, 10), "all right: the high end is 1", (0.655456, 1.0)),
     ]
 
 
@@ -1838,21 +1839,23 @@ def _mcnemar_cases() -> list[Case]:
 @exercise(
     "holm-adjusted",
     hint=[
-        "try p-values whose products (m - rank) * p come out smaller for a larger p: is the result still in "
-        "the order of the p-values? Try two equal p-values too",
-        "Holm is a step-down procedure: a hypothesis is rejected only if every smaller p was rejected first, so "
-        "an adjusted p can never be below the adjusted p of a smaller p",
-        "sort, multiply the smallest by m, the next by m - 1, ...; carry the running maximum along the sorted "
-        "order, cap at 1, and give each adjusted p back at its input position (a list of floats)",
+        "try p-values whose adjusted values 1 - (1 - p) ** (m - rank) come out smaller for a larger p: is the "
+        "result still in the order of the p-values? Try two equal p-values too",
+        "Holm-Sidak is a step-down procedure: a hypothesis is rejected only if every smaller p was rejected first, "
+        "so an adjusted p can never be below the adjusted p of a smaller p",
+        "sort; turn the smallest into 1 - (1 - p) ** m, the next into 1 - (1 - p) ** (m - 1), ...; carry the "
+        "running maximum along the sorted order and give each adjusted p back at its input position (a list of "
+        "floats); usual mistakes: Holm's (m - rank) * p, Sidak's 1 - (1 - p) ** m for every p, a running minimum "
+        "from the largest p (Hochberg's step-up)",
     ],
     bans=("course_lib.evaluation.holm", "course_lib.evaluation.compare_family"),
 )
 def _holm_cases() -> list[Case]:
     return [
-        Case(([0.001, 0.2, 0.01, 0.04],), "four p-values", [0.004, 0.2, 0.03, 0.08]),
-        Case(([0.01, 0.04, 0.03],), "three p-values", [0.03, 0.06, 0.06]),
-        Case(([0.02, 0.02],), "two equal p-values", [0.04, 0.04]),
-        Case(([0.6, 0.7],), "capped at 1", [1.0, 1.0]),
+        Case(([0.001, 0.2, 0.01, 0.04],), "four p-values", [1 - 0.999**4, 0.2, 1 - 0.99**3, 1 - 0.96**2]),
+        Case(([0.01, 0.04, 0.03],), "three p-values", [1 - 0.99**3, 1 - 0.97**2, 1 - 0.97**2]),
+        Case(([0.02, 0.02],), "two equal p-values", [1 - 0.98**2, 1 - 0.98**2]),
+        Case(([0.6, 0.7],), "a larger p below a smaller p's adjusted value", [0.84, 0.84]),
     ]
 
 

@@ -80,8 +80,9 @@ def adamw_by_another_module(w, g, lr, weight_decay):
     return p.detach()
 
 
-def wilson_by_a_reexport(correct, n):
-    return rl.wilson_interval(correct, n)
+def wilson_by_a_reexport(correct, n):  # the continuity-corrected ends, each Wilson's at half a count off
+    low = rl.wilson_interval(correct - 0.5, n)[0] if correct > 0 else 0.0
+    return low, rl.wilson_interval(correct + 0.5, n)[1] if correct < n else 1.0
 
 
 def top_p_by_a_reexport(logits, p, keep):  # the nucleus or the `keep` most likely, whichever is larger

@@ -599,19 +599,35 @@ def wald(correct, n, z=1.96):  # the standard error at k/n: the interval Wilson'
     return max(0.0, p - half), min(1.0, p + half)
 
 
-def wilson_with(correct, n, z2):
-    p = correct / n
-    a, b, c = 1 + z2 / n, -(2 * p + z2 / n), p * p
-    root = math.sqrt(max(b * b - 4 * a * c, 0.0))
-    return (-b - root) / (2 * a), (-b + root) / (2 * a)
+def wilson_with(correct, n, z2=1.96**2, shift=0.5):  # shift: the continuity correction, towards p on each side
+    def root(k, sign):
+        p = k / n
+        a, b, c = 1 + z2 / n, -(2 * p + z2 / n), p * p
+        return (-b + sign * math.sqrt(max(b * b - 4 * a * c, 0.0))) / (2 * a)
+
+    low = 0.0 if correct == 0 else max(0.0, root(correct - shift, -1))
+    high = 1.0 if correct == n else min(1.0, root(correct + shift, +1))
+    return low, high
 
 
 MISTAKES["wilson-interval"] = [
     wald,
     lambda k, n: tuple(reversed(SOLUTIONS["wilson-interval"](k, n))),  # high first
     lambda k, n: wilson_with(k, n, z2=1.96),  # z where the formula has z squared
-    lambda k, n: evaluation.wilson_interval(k, n),  # right, but banned
+    lambda k, n: wilson_with(k, n, shift=0.0),  # Wilson's interval without the correction
+    lambda k, n: wilson_with(k, n, shift=-0.5),  # the half count on the wrong side: narrower
+    lambda k, n: evaluation.wilson_interval(k, n),  # banned (and uncorrected)
 ]
+
+
+def test_the_corrected_wilson_interval_is_newcombes_closed_form():
+    z = 1.96
+    for k, n in [(0, 1), (1, 1), (0, 10), (3, 7), (5, 10), (46, 65), (69, 135), (999, 1000), (130, 130)]:
+        p, twice = k / n, 2 * (n + z * z)
+        low = 2 * n * p + z * z - 1 - z * math.sqrt(z * z - 2 - 1 / n + 4 * p * (n * (1 - p) + 1))
+        high = 2 * n * p + z * z + 1 + z * math.sqrt(z * z + 2 - 1 / n + 4 * p * (n * (1 - p) - 1)) if k < n else twice
+        expected = (low / twice if k else 0.0, high / twice)
+        assert SOLUTIONS["wilson-interval"](k, n) == pytest.approx(expected, abs=1e-12)
 
 
 def last_real_both(features, lengths, side, position):
@@ -784,42 +800,46 @@ def mcnemar_normal(a, b):  # the normal approximation: not exact with few disagr
 MISTAKES["mcnemar-exact"] = [mcnemar_one_sided, mcnemar_over_every_item, mcnemar_not_capped, mcnemar_normal]
 
 
-def holm_without_running_max(p_values):  # the function the exercise shows
+def sidak(p, times):
+    return 1 - (1 - p) ** times
+
+
+def holm_sidak_without_running_max(p_values):  # the function the exercise shows
     m = len(p_values)
     order = sorted(range(m), key=lambda k: p_values[k])
     adjusted = [0.0] * m
     for rank, k in enumerate(order):
-        adjusted[k] = min(1.0, (m - rank) * p_values[k])
+        adjusted[k] = sidak(p_values[k], m - rank)
     return adjusted
 
 
-def hochberg(p_values):  # the step-up procedure: a running minimum from the largest p
+def holm_by_hand(p_values):  # Holm's own (m - rank) * p: the chapter's method, not Sidak's
+    m = len(p_values)
+    order = sorted(range(m), key=lambda k: p_values[k])
+    adjusted, running = [0.0] * m, 0.0
+    for rank, k in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[k]))
+        adjusted[k] = running
+    return adjusted
+
+
+def hochberg_sidak(p_values):  # the step-up procedure: a running minimum from the largest p
     m = len(p_values)
     order = sorted(range(m), key=lambda k: p_values[k])
     adjusted, running = [0.0] * m, 1.0
     for rank in range(m - 1, -1, -1):
         k = order[rank]
-        running = min(running, (m - rank) * p_values[k])
-        adjusted[k] = running
-    return adjusted
-
-
-def holm_not_capped(p_values):
-    m = len(p_values)
-    order = sorted(range(m), key=lambda k: p_values[k])
-    adjusted, running = [0.0] * m, 0.0
-    for rank, k in enumerate(order):
-        running = max(running, (m - rank) * p_values[k])
+        running = min(running, sidak(p_values[k], m - rank))
         adjusted[k] = running
     return adjusted
 
 
 MISTAKES["holm-adjusted"] = [
-    holm_without_running_max,
-    lambda ps: [min(1.0, len(ps) * p) for p in ps],  # Bonferroni
-    holm_not_capped,
-    lambda ps: [max(holm_without_running_max(ps)[: k + 1]) for k in range(len(ps))],  # the maximum in input order
-    hochberg,
+    holm_sidak_without_running_max,
+    lambda ps: [sidak(p, len(ps)) for p in ps],  # Sidak's single step: every p as the smallest
+    holm_by_hand,
+    lambda ps: [max(holm_sidak_without_running_max(ps)[: k + 1]) for k in range(len(ps))],  # maximum in input order
+    hochberg_sidak,
 ]
 
 
@@ -921,7 +941,7 @@ def test_the_hint_is_chosen_by_the_case_that_failed(fresh_kernel):
 
 
 PREDICTIONS = [  # exercises whose visible answers are the numbers the student is asked to predict
-    "accumulated-grad", "embedding-grad", "score-scale", "min-training-loss", "wilson-interval", "loss-share",
+    "accumulated-grad", "embedding-grad", "score-scale", "min-training-loss", "loss-share",
     "bradley-terry", "pass-at-k", "majority-right", "zero-contrast-share", "draft-acceptance",
     "uniform-previous-token-score",
 ]  # fmt: skip
@@ -1030,13 +1050,13 @@ def test_every_solution_is_shown_to_an_instructor():
     assert "unpack_int4" in solutions.show("int4-unpack")  # an exercise shown by its reference
 
 
-def test_holm_adjusted_is_statsmodels_holm():
+def test_holm_adjusted_is_statsmodels_holm_sidak():
     from statsmodels.stats.multitest import multipletests
 
     g = torch.Generator().manual_seed(0)
     for m in (1, 2, 3, 9, 40):
         p = (torch.rand(m, generator=g, dtype=torch.float64) ** 3).tolist()
-        assert solutions.holm_adjusted(p) == pytest.approx(list(multipletests(p, method="holm")[1]))
+        assert solutions.holm_adjusted(p) == pytest.approx(list(multipletests(p, method="holm-sidak")[1]))
 
 
 # == 13 · Learning from preferences and rewards ============================================

@@ -388,10 +388,16 @@ def mean_pooling(features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 @solution("wilson-interval")
 def wilson(correct: int, n: int) -> tuple[float, float]:
-    z, p = 1.96, correct / n
-    a, b, c = 1 + z * z / n, -(2 * p + z * z / n), p * p  # (p - k/n)^2 = z^2 p (1 - p) / n, collected
-    root = math.sqrt(max(b * b - 4 * a * c, 0.0))
-    return (-b - root) / (2 * a), (-b + root) / (2 * a)
+    z = 1.96
+
+    def root(k: float, sign: int) -> float:  # a root of (k/n - p)^2 = z^2 p (1 - p) / n, collected in p
+        p = k / n
+        a, b, c = 1 + z * z / n, -(2 * p + z * z / n), p * p
+        return (-b + sign * math.sqrt(max(b * b - 4 * a * c, 0.0))) / (2 * a)
+
+    low = 0.0 if correct == 0 else root(correct - 0.5, -1)  # half a count towards p on each side
+    high = 1.0 if correct == n else root(correct + 0.5, +1)
+    return low, high
 
 
 @solution("last-real-token")
@@ -484,7 +490,7 @@ def holm_adjusted(p_values: list[float]) -> list[float]:
     order = sorted(range(m), key=lambda k: p_values[k])
     adjusted, running = [0.0] * m, 0.0
     for rank, k in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p_values[k]))  # never below a smaller p's
+        running = max(running, 1 - (1 - p_values[k]) ** (m - rank))  # Sidak's; never below a smaller p's
         adjusted[k] = running
     return adjusted
 
