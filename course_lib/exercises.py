@@ -1203,8 +1203,8 @@ def _rope_scaling_cases() -> list[Case]:
 
 
 def _alibi_by_loops(slopes: torch.Tensor, T: int) -> torch.Tensor:
-    """The expected answer of an alibi-bias case, entry by entry."""
-    bias = torch.zeros(len(slopes), T, T, dtype=slopes.dtype)  # (H, T, T)
+    """The expected answer of an alibi-bias case, entry by entry: the bias, -inf for future keys."""
+    bias = torch.full((len(slopes), T, T), float("-inf"), dtype=slopes.dtype)  # (H, T, T)
     for h in range(len(slopes)):
         for i in range(T):  # the query
             for j in range(i + 1):  # the keys at or before it
@@ -1215,12 +1215,11 @@ def _alibi_by_loops(slopes: torch.Tensor, T: int) -> torch.Tensor:
 @exercise(
     "alibi-bias",
     hint=[
-        "print the buggy bias for one head and T = 4: where are its non-zero entries, and which of them does the "
-        "causal mask keep?",
+        "print the buggy bias for one head and T = 4: which of its entries are neither 0 nor -inf?",
         "rows are queries i and columns keys j: a key j <= i lies i - j positions back; the function above "
-        "measures j - i, which is positive only for FUTURE keys, so after the causal mask no bias is left",
-        "-slope * (i - j) where j <= i, 0 where j > i, one (T, T) table per head; usual mistakes: the sign "
-        "(far keys favoured), |i - j| (future entries not 0), one position too many",
+        "measures j - i, which is positive only for FUTURE keys, and those are -inf: no bias is left",
+        "-slope * (i - j) where j <= i, -inf where j > i, one (T, T) table per head; usual mistakes: the sign "
+        "(far keys favoured), 0 for the future (the bias without its mask), one position too many",
     ],
     bans=("course_lib.positional.alibi_bias",),
 )
@@ -2067,8 +2066,9 @@ def _acceptance_cases() -> list[Case]:
         "try the function on a batch of two rows (B, V), and on a row where q equals p",
         "the sum must run over each row's vocabulary only (dim=-1, keepdim=True), and a row with nothing left "
         "over has a sum of 0: 0 / 0",
-        "where a row's sum is 0, return that row of p (torch.where over the rows); usual mistakes: one sum for "
-        "the whole batch, NaN for q == p, p for the whole batch when one row is left with nothing",
+        "where a row's sum is 0, return that row of p (torch.where over the rows); a shorter q is padded with "
+        "zeros on the right, as the function above does; usual mistakes: one sum for the whole batch, NaN for "
+        "q == p, p for the whole batch when one row is left with nothing",
     ],
     bans=("course_lib.speculative.residual_distribution",),
 )
@@ -2082,6 +2082,9 @@ def _residual_rows_cases() -> list[Case]:
              torch.tensor([0.3, 0.7])),
         Case((torch.tensor([[0.2, 0.8], [0.5, 0.5]]), torch.tensor([[0.2, 0.8], [0.75, 0.25]])),
              "a batch whose first row has q == p", torch.tensor([[0.2, 0.8], [0.0, 1.0]])),
+        Case((torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.3, 0.5]]), torch.tensor([[0.6, 0.4], [0.1, 0.9]])),
+             "a draft of 2 tokens for a target of 3: q is 0 for the third",
+             torch.tensor([[0.0, 0.0, 1.0], [0.1 / 0.6, 0.0, 0.5 / 0.6]])),
     ]  # fmt: skip
 
 

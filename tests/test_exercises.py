@@ -379,18 +379,19 @@ MISTAKES["rope-scaling"] = [
 def alibi_as_shown(slopes, T):  # the function the exercise shows: j - i, future keys only
     position = torch.arange(T)
     distance = (position[None, :] - position[:, None]).clamp(min=0)  # (T, T)
-    return -slopes[:, None, None] * distance
+    bias = -slopes[:, None, None] * distance
+    return bias.masked_fill(torch.ones(T, T).triu(1).bool(), float("-inf"))
 
 
-def alibi_absolute(slopes, T):  # |i - j|: the future gets a bias too
+def alibi_without_mask(slopes, T):  # course_lib's bias: 0 for the future, the mask left to later
     position = torch.arange(T)
-    return -slopes[:, None, None] * (position[:, None] - position[None, :]).abs()
+    return -slopes[:, None, None] * (position[:, None] - position[None, :]).clamp(min=0)
 
 
 MISTAKES["alibi-bias"] = [
     alibi_as_shown,
-    lambda slopes, T: -SOLUTIONS["alibi-bias"](slopes, T),  # the sign: far keys favoured
-    alibi_absolute,
+    lambda slopes, T: SOLUTIONS["alibi-bias"](-slopes, T),  # the sign: far keys favoured
+    alibi_without_mask,
     lambda slopes, T: SOLUTIONS["alibi-bias"](slopes, T) - slopes[:, None, None] * torch.ones(T, T).tril(),  # i - j + 1
     lambda slopes, T: SOLUTIONS["alibi-bias"](slopes, T).float(),  # float32 whatever the slopes' dtype
 ]
@@ -1193,29 +1194,36 @@ def test_the_acceptance_rate_is_what_the_acceptance_rule_does():
     assert abs(kept / n - rate) < 5 * (rate * (1 - rate) / n) ** 0.5
 
 
+def padded(q, p):  # the draft's missing tokens: probability 0
+    return F.pad(q, (0, p.shape[-1] - q.shape[-1]))
+
+
 def buggy_residual(p, q):  # the function the exercise shows
-    left = (p - q).clamp_min(0)
+    left = (p - padded(q, p)).clamp_min(0)
     return left / left.sum()
 
 
 def residual_if_any_left(p, q):
-    left = (p - q).clamp_min(0)
+    left = (p - padded(q, p)).clamp_min(0)
     return p if left.sum() == 0 else left / left.sum(dim=-1, keepdim=True)
 
 
 MISTAKES["residual-rows"] = [
     buggy_residual,
-    lambda p, q: (p - q).clamp_min(0) / (p - q).clamp_min(0).sum(dim=-1, keepdim=True),  # NaN for q == p
+    lambda p, q: (p - padded(q, p)).clamp_min(0) / (p - padded(q, p)).clamp_min(0).sum(dim=-1, keepdim=True),
     residual_if_any_left,  # p only when no row has anything left over
-    lambda p, q: (p - q).abs() / (p - q).abs().sum(dim=-1, keepdim=True),  # |p - q| instead of max(0, p - q)
-]
+    lambda p, q: (p - padded(q, p)).abs() / (p - padded(q, p)).abs().sum(dim=-1, keepdim=True),  # |p - q|
+    lambda p, q: SOLUTIONS["residual-rows"](p[..., : q.shape[-1]], q),  # the target cut to the draft's tokens
+    lambda p, q: SOLUTIONS["residual-rows"](p, F.pad(q, (p.shape[-1] - q.shape[-1], 0))),  # padded on the left
+]  # the second: NaN for q == p
 
 
 def test_residual_rows_is_the_courses_residual_distribution():
     from course_lib.speculative import residual_distribution
 
     for case in EXERCISES["residual-rows"].cases():
-        assert torch.allclose(residual_distribution(*case.args), case.expected)
+        p, q = case.args
+        assert torch.allclose(residual_distribution(p, padded(q, p)), case.expected)
 
 
 # == 15 · What the model learned ===========================================================

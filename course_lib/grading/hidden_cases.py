@@ -911,6 +911,8 @@ def _residual_rows() -> list[Case]:
         Case((same, other), "a (2, 3) batch: one row differs, five have q == p"),
         Case((rows(2, 3).double(), rows(2, 3).double()), "float64"),
         Case((equal, equal.clone()), "float64, q == p in every row"),
+        Case((rows(4, 12), rows(4, 9)), "a draft vocabulary of 9 for a target of 12"),
+        Case((torch.tensor([0.2, 0.8]), torch.tensor([1.0])), "a draft of one token"),
     ]
 
 

@@ -260,8 +260,9 @@ def scaled_rope_frequencies(head_dim: int, scale: float, method: str) -> torch.T
 @solution("alibi-bias")
 def alibi_bias(slopes: torch.Tensor, T: int) -> torch.Tensor:
     position = torch.arange(T)
-    back = (position[:, None] - position[None, :]).clamp(min=0)  # (T, T): query i minus key j, 0 for the future
-    return -slopes[:, None, None] * back  # (H, T, T)
+    back = position[:, None] - position[None, :]  # (T, T): query i minus key j, negative for the future
+    bias = -slopes[:, None, None] * back.clamp(min=0)  # (H, T, T), in the dtype of slopes
+    return bias.masked_fill(back < 0, float("-inf"))  # the causal mask in the same tensor
 
 
 @solution("stretch-positions")
@@ -547,6 +548,7 @@ def acceptance_rate(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 @solution("residual-rows")
 def residual_rows(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    q = F.pad(q, (0, p.shape[-1] - q.shape[-1]))  # (..., V): the tokens the draft lacks have probability 0
     left = (p - q).clamp_min(0)  # (..., V)
     total = left.sum(dim=-1, keepdim=True)  # (..., 1): one sum per row
     return torch.where(total > 0, left / total.clamp_min(1e-30), p)  # nothing left over: p itself
