@@ -1,6 +1,6 @@
 """Every checker accepts the reference solution and rejects the usual mistakes.
 
-One block per exercise, in the order of the course (as in course_lib/exercises.py): a correct
+One block per exercise, in the order of the course (as in course_lib/exercises/, one module per notebook): a correct
 solution written the way a student would, then the typical mistakes the checker must reject.
 """
 
@@ -880,7 +880,7 @@ def test_checker_rejects_typical_mistakes(name, k):
 @pytest.fixture
 def fresh_kernel(monkeypatch):
     """No failed attempt yet: the checker's memory of earlier failures, emptied."""
-    monkeypatch.setattr(exercises, "FAILURES", {})
+    monkeypatch.setattr(exercises.core, "FAILURES", {})
 
 
 def test_a_starter_function_gets_one_neutral_line_with_no_case_and_no_hint(fresh_kernel):
@@ -889,7 +889,7 @@ def test_a_starter_function_gets_one_neutral_line_with_no_case_and_no_hint(fresh
 
     result = check("trigram-counts", starter)
     assert not result and repr(result) == "✏️ trigram-counts: not attempted yet; write your function and run this cell"
-    assert exercises.FAILURES == {}  # not a failed attempt: the first real failure still gets the nudge only
+    assert exercises.core.FAILURES == {}  # not a failed attempt: the first real failure still gets the nudge only
 
 
 def test_an_exception_after_the_first_case_is_explained(fresh_kernel):

@@ -1,8 +1,8 @@
 """Hidden cases: for every exercise, a larger and nastier set than the one students see.
 
-``check()`` in a student's notebook tries the visible cases of ``exercises.py``; the grader
+``check()`` in a student's notebook tries the visible cases of ``course_lib/exercises/chNN.py``; the grader
 (``course.py grade``) tries those *and* the hidden ones, so "all cases passed" in a notebook does
-not mean full marks. The expected answers come from each exercise's reference in ``exercises.py`` or,
+not mean full marks. The expected answers come from each exercise's reference in ``course_lib/exercises/`` or,
 for an exercise that no course_lib function answers, from its solution in ``solutions.py`` (:func:`answered`).
 
 This is the course's **demo set**. It ships inside course_lib, so students can read it: use it to try

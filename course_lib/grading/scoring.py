@@ -1,7 +1,7 @@
 """The comparison: every case and its expected answer, made before any student code runs, and what a
 student's function sent back, read safely and checked against them.
 
-The cases of an exercise are its visible ones (``exercises.py``, those ``check()`` shows in the
+The cases of an exercise are its visible ones (``course_lib/exercises/chNN.py``, those ``check()`` shows in the
 notebook) and its hidden ones. The hidden ones come from a Python file that defines ``HIDDEN`` (exercise
 name -> a function building its cases). By default that is the course's demo set,
 ``course_lib/grading/hidden_cases.py``: it ships inside course_lib, so **students can read it**. For real
