@@ -1,17 +1,17 @@
 """Self-checks for the exercises at the end of each notebook: ``check("exercise-name", fn)``.
 
-The checker (cases, hints, bans, the check) is :mod:`course_lib.exercises.core`; each notebook's
-exercises, with their visible cases, are in a module of their own, ``chNN.py``, imported here in the
-course's order (00 first), so that :data:`EXERCISES` lists them as the notebooks use them. The
-instructors' key (solutions, hidden cases) is in :mod:`course_lib.grading`.
+The checker (cases, hints, the check) is :mod:`course_lib.exercises.core`, its bans
+:mod:`course_lib.exercises.bans`; each notebook's exercises, with their visible cases, are in a
+module of their own, ``chNN.py``, imported here in the course's order (00 first), so that
+:data:`EXERCISES` lists them as the notebooks use them. The instructors' key (solutions, hidden
+cases) is in :mod:`course_lib.grading`.
 """
 
-from . import ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12, ch13, ch14, ch15, core
+from . import bans, ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12, ch13, ch14, ch15, core
+from .bans import BanBypassed, BannedFunction, banned, banned_use
 from .core import (
     _FROM_REFERENCE,
     EXERCISES,
-    BanBypassed,
-    BannedFunction,
     Case,
     ChangedInput,
     CheckResult,
@@ -19,8 +19,6 @@ from .core import (
     _difference,
     _same,
     _show,
-    banned,
-    banned_use,
     call,
     check,
     exercise,
@@ -40,6 +38,7 @@ __all__ = [  # the private names too: the grader's scoring reads answers and sho
     "Exercise",
     "banned",
     "banned_use",
+    "bans",
     "call",
     "check",
     "core",
