@@ -855,28 +855,6 @@ MISTAKES["majority-right"] = [
 # == the checks ============================================================================
 
 
-def test_every_exercise_has_a_solution_and_mistakes():
-    assert set(SOLUTIONS) == set(EXERCISES) == set(MISTAKES)
-
-
-@pytest.mark.parametrize("name", sorted(EXERCISES))
-def test_checker_accepts_a_correct_solution(name):
-    result = check(name, SOLUTIONS[name])
-    assert result, repr(result)
-    assert repr(result).startswith(f"✅ {name}: all ")
-
-
-@pytest.mark.parametrize("name, k", [(n, k) for n, ms in MISTAKES.items() for k in range(len(ms))])
-@pytest.mark.filterwarnings("ignore:var\\(\\). degrees of freedom:UserWarning")  # a mistake on a 1-wide case
-def test_checker_rejects_typical_mistakes(name, k):
-    result = check(name, MISTAKES[name][k])
-    assert not result
-    message = repr(result)
-    assert message.startswith(f"❌ {name}: case ")
-    for part in ("input:", "expected:", "got:", "hint"):
-        assert part in message
-
-
 @pytest.fixture
 def fresh_kernel(monkeypatch):
     """No failed attempt yet: the checker's memory of earlier failures, emptied."""
@@ -1283,3 +1261,30 @@ MISTAKES["settled-fraction"] = [
     lambda lens, a, k: settled(lens, a, k) * len(a),  # a count of prompts, not a fraction
     lambda lens, a, k: settled(lens, a, k).double(),  # float64: the statement says float32
 ]
+
+
+# == every solution and every typical mistake against the visible cases ==================
+# (last in the file: the parametrisations below read SOLUTIONS and MISTAKES once every chapter's are in)
+
+
+def test_every_exercise_has_a_solution_and_mistakes():
+    assert set(SOLUTIONS) == set(EXERCISES) == set(MISTAKES)
+
+
+@pytest.mark.parametrize("name", sorted(EXERCISES))
+def test_checker_accepts_a_correct_solution(name):
+    result = check(name, SOLUTIONS[name])
+    assert result, repr(result)
+    assert repr(result).startswith(f"✅ {name}: all ")
+
+
+@pytest.mark.parametrize("name, k", [(n, k) for n, ms in MISTAKES.items() for k in range(len(ms))])
+@pytest.mark.filterwarnings("ignore:var\\(\\). degrees of freedom:UserWarning")  # a mistake on a 1-wide case
+def test_checker_rejects_typical_mistakes(name, k):
+    """Each typical mistake fails a VISIBLE case: a student's ✅ means what the grader will say."""
+    result = check(name, MISTAKES[name][k])
+    assert not result
+    message = repr(result)
+    assert message.startswith(f"❌ {name}: case ")
+    for part in ("input:", "expected:", "got:", "hint"):
+        assert part in message
