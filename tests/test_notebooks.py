@@ -159,16 +159,17 @@ def course_lib_names(fn) -> set[str]:
     if fn is None:
         return set()
     module = getattr(fn, "__module__", "") or ""
-    if module.startswith("course_lib") and module != exercises.__name__:
+    if module.startswith("course_lib") and not module.startswith(exercises.__name__):
         return {fn.__name__}
     source = textwrap.dedent(inspect.getsource(fn))
     names = {n.id for n in ast.walk(ast.parse(source.strip().rstrip(","), mode="exec")) if isinstance(n, ast.Name)}
     names |= set(re.findall(r"\b([A-Za-z_]\w*)\(", source))
+    scope = vars(sys.modules[module])  # the exercises' module of notebook NN, where the reference is written
     return {
         name
         for name in names
-        if (getattr(getattr(exercises, name, None), "__module__", "") or "").startswith("course_lib")
-        and getattr(exercises, name).__module__ != exercises.__name__
+        if (getattr(scope.get(name), "__module__", "") or "").startswith("course_lib")
+        and not scope[name].__module__.startswith(exercises.__name__)
     }
 
 
@@ -195,8 +196,8 @@ def test_the_reference_detector_sees_through_lambdas_and_helpers():
     from course_lib import exercises
     from course_lib.exercises import EXERCISES
 
-    assert course_lib_names(exercises.causal_mask) == {"causal_mask"}  # a course_lib function itself
-    assert course_lib_names(exercises._attention_stack) == {"causal_mask", "softmax"}  # a helper
+    assert course_lib_names(exercises.ch15.causal_mask) == {"causal_mask"}  # a course_lib function itself
+    assert course_lib_names(exercises.ch15._attention_stack) == {"causal_mask", "softmax"}  # a helper
     assert course_lib_names(EXERCISES["int4-unpack"].reference) == {"unpack_int4"}
     assert course_lib_names(EXERCISES["trigram-counts"].reference) == set()
 

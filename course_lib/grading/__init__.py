@@ -10,7 +10,7 @@ whose command line is ``__main__.py``) grades student copies of the course noteb
    or change a name it reads will run (``--every-cell``: all of them), so training, plots and explorers
    cannot fail or hang; the statements that call ``check(...)`` are left out.
 2. **The answers come first.** (:mod:`course_lib.grading.scoring`) Before any student code runs, this
-   process builds every case of every exercise (the visible ones of ``exercises.py`` and the hidden ones
+   process builds every case of every exercise (the visible ones of ``course_lib/exercises/`` and the hidden ones
    of ``--cases FILE``, by default the shipped demo set :mod:`course_lib.grading.hidden_cases` that
    students can read) and computes the expected answers with the reference solutions.
 3. **The student's code runs where nothing escapes.** (:mod:`course_lib.grading.sandbox`,

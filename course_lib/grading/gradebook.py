@@ -60,7 +60,7 @@ def feedback_markdown(report: NotebookReport) -> str:
             failing = next(((c, got) for c, ok, got in g.cases if not ok), None)
             if failing:
                 case, got = failing
-                hint = EXERCISES[g.exercise].hint
+                hint = EXERCISES[g.exercise].hint(case.hint)
                 lines += ["", "First failing case" + (f" ({case.note})" if case.note else "") + ":", "", "```"]
                 lines += [f"input:    {case.args_text}", f"expected: {_show(case.expected)}", f"got:      {got}"]
                 lines += ["```", "", f"Hint: {hint}"]

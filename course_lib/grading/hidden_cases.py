@@ -1,8 +1,8 @@
 """Hidden cases: for every exercise, a larger and nastier set than the one students see.
 
-``check()`` in a student's notebook tries the visible cases of ``exercises.py``; the grader
+``check()`` in a student's notebook tries the visible cases of ``course_lib/exercises/chNN.py``; the grader
 (``course.py grade``) tries those *and* the hidden ones, so "all cases passed" in a notebook does
-not mean full marks. The expected answers come from each exercise's reference in ``exercises.py`` or,
+not mean full marks. The expected answers come from each exercise's reference in ``course_lib/exercises/`` or,
 for an exercise that no course_lib function answers, from its solution in ``solutions.py`` (:func:`answered`).
 
 This is the course's **demo set**. It ships inside course_lib, so students can read it: use it to try
@@ -115,6 +115,7 @@ def _logsumexp() -> list[Case]:
         Case((torch.randn(6, 7, generator=g).T * 40,), "a non-contiguous (7, 6) tensor"),
         Case((torch.zeros(1000),), "1,000 zeros: log 1000"),
         Case((torch.tensor([[-5e4, -5e4 - 1.0], [2e4, 2e4]], dtype=torch.float64),), "float64, far from 0"),
+        Case((torch.full((2, 3, 4), float("-inf")),), "every row -inf only: -inf"),
     ]
 
 
@@ -470,7 +471,11 @@ def _rms_norm() -> list[Case]:
         Case(
             (torch.randn(2, 8, generator=g, dtype=torch.float64), torch.ones(8, dtype=torch.float64), 1e-6), "float64"
         ),
-    ]
+        Case(((torch.randn(3, 2, 8, generator=g) * 500).half(), torch.randn(8, generator=g).half(), 1e-6),
+             "float16 activations of a few hundred"),
+        Case(((torch.randn(4, 16, generator=g) * 1e3).bfloat16(), torch.zeros(16, dtype=torch.bfloat16), 1e-5),
+             "bfloat16"),
+    ]  # fmt: skip
 
 
 @hidden("residual-std")
@@ -906,6 +911,8 @@ def _residual_rows() -> list[Case]:
         Case((same, other), "a (2, 3) batch: one row differs, five have q == p"),
         Case((rows(2, 3).double(), rows(2, 3).double()), "float64"),
         Case((equal, equal.clone()), "float64, q == p in every row"),
+        Case((rows(4, 12), rows(4, 9)), "a draft vocabulary of 9 for a target of 12"),
+        Case((torch.tensor([0.2, 0.8]), torch.tensor([1.0])), "a draft of one token"),
     ]
 
 

@@ -1,7 +1,7 @@
 """The comparison: every case and its expected answer, made before any student code runs, and what a
 student's function sent back, read safely and checked against them.
 
-The cases of an exercise are its visible ones (``exercises.py``, those ``check()`` shows in the
+The cases of an exercise are its visible ones (``course_lib/exercises/chNN.py``, those ``check()`` shows in the
 notebook) and its hidden ones. The hidden ones come from a Python file that defines ``HIDDEN`` (exercise
 name -> a function building its cases). By default that is the course's demo set,
 ``course_lib/grading/hidden_cases.py``: it ships inside course_lib, so **students can read it**. For real
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..exercises import _FROM_REFERENCE, EXERCISES, Case, _same, _show
+from ..exercises import _FROM_REFERENCE, EXERCISES, Case, _difference, _same, _show
 from ..files import sha256_file, write_atomically
 
 STATUSES = ("passed", "failed", "error", "timeout", "not attempted")
@@ -97,6 +97,7 @@ class GradedCase:
     hidden: bool
     args_text: str
     expected: Any
+    hint: int | str | None = None  # the step of the hint this case tests, or its own (Case.hint)
 
 
 @dataclass
@@ -115,7 +116,8 @@ class Answers:
             made = [(c, False) for c in ex.cases()] + [(c, True) for c in more()]
             fresh = ex.cases() + more()  # a second copy: the one sent cannot be the one answered from
             cases[name] = [
-                GradedCase(c.note, h, ", ".join(_show(a, 120) for a in c.args), _answer(name, c)) for c, h in made
+                GradedCase(c.note, h, ", ".join(_show(a, 120) for a in c.args), _answer(name, c), c.hint)
+                for c, h in made
             ]
             inputs[name] = [c.args for c in fresh]
         return cls(cases, inputs)
@@ -189,11 +191,13 @@ def unfinished(notebook: str, name: str, answers: Answers, status: str, what: st
     return Grade(notebook, name, status, 0, len(answers.cases[name]), what, what_happened=what)
 
 
-def _got_text(result: dict) -> str:
+def _got_text(result: dict, expected: Any = None, ok: bool = True) -> str:
+    """What came back, in words; for a wrong value, also where it first differs from ``expected``."""
     if "error" in result:
         return str(result["error"])[:300]
     try:
-        return _show(result.get("value"))
+        where = None if ok else _difference(result.get("value"), expected)
+        return _show(result.get("value")) + (f"\ndiffers:  {where}" if where else "")
     except Exception:
         return "a value that cannot be shown"
 
@@ -211,7 +215,7 @@ def score(notebook: str, name: str, answers: Answers, results: dict[int, dict], 
             ok = "error" not in result and bool(_same(result.get("value"), case.expected))
         except Exception:  # whatever came back, it is not the answer
             ok = False
-        checked.append((case, ok, _got_text(result)))
+        checked.append((case, ok, _got_text(result, case.expected, ok)))
     passed = sum(ok for _, ok, _ in checked)
     total = len(cases)
     visible = sum(not c.hidden for c in cases)
@@ -235,6 +239,6 @@ def score(notebook: str, name: str, answers: Answers, results: dict[int, dict], 
         parts.append(
             f"first failure: {kind} case {number} of {of}"
             + (f" ({case.note})" if case.note else "")
-            + f"; input: {case.args_text}; expected: {_show(case.expected)}; got: {got}; hint: {ex.hint}"
+            + f"; input: {case.args_text}; expected: {_show(case.expected)}; got: {got}; hint: {ex.hint(case.hint)}"
         )
     return Grade(notebook, name, status, passed, total, "; ".join(parts), checked, what)

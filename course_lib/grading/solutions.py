@@ -64,6 +64,7 @@ def accumulated_grad(x: float, times: int) -> float:
 @solution("logsumexp")
 def logsumexp(x: torch.Tensor) -> torch.Tensor:
     m = x.max(dim=-1, keepdim=True).values  # (..., 1): each row's own maximum, not the whole tensor's
+    m = torch.where(m == float("-inf"), 0.0, m)  # a row of -inf only: exp gives 0s, log 0 = -inf, not nan
     return (m + (x - m).exp().sum(dim=-1, keepdim=True).log()).squeeze(-1)
 
 
@@ -259,8 +260,9 @@ def scaled_rope_frequencies(head_dim: int, scale: float, method: str) -> torch.T
 @solution("alibi-bias")
 def alibi_bias(slopes: torch.Tensor, T: int) -> torch.Tensor:
     position = torch.arange(T)
-    back = (position[:, None] - position[None, :]).clamp(min=0)  # (T, T): query i minus key j, 0 for the future
-    return -slopes[:, None, None] * back  # (H, T, T)
+    back = position[:, None] - position[None, :]  # (T, T): query i minus key j, negative for the future
+    bias = -slopes[:, None, None] * back.clamp(min=0)  # (H, T, T), in the dtype of slopes
+    return bias.masked_fill(back < 0, float("-inf"))  # the causal mask in the same tensor
 
 
 @solution("stretch-positions")
@@ -291,8 +293,9 @@ def llama_parameters(vocab_size: int, d_model: int, n_layers: int, hidden: int) 
 
 @solution("rms-norm")
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    rms = torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., 1): over each vector's features
-    return x / rms * weight
+    work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # half-precision squares overflow
+    rms = torch.sqrt(work.pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., 1): over each vector's features
+    return (work / rms * (1 + weight.to(work.dtype))).to(x.dtype)  # Gemma's scale: 1 + weight
 
 
 @solution("residual-std")
@@ -386,10 +389,16 @@ def mean_pooling(features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 @solution("wilson-interval")
 def wilson(correct: int, n: int) -> tuple[float, float]:
-    z, p = 1.96, correct / n
-    a, b, c = 1 + z * z / n, -(2 * p + z * z / n), p * p  # (p - k/n)^2 = z^2 p (1 - p) / n, collected
-    root = math.sqrt(max(b * b - 4 * a * c, 0.0))
-    return (-b - root) / (2 * a), (-b + root) / (2 * a)
+    z = 1.96
+
+    def root(k: float, sign: int) -> float:  # a root of (k/n - p)^2 = z^2 p (1 - p) / n, collected in p
+        p = k / n
+        a, b, c = 1 + z * z / n, -(2 * p + z * z / n), p * p
+        return (-b + sign * math.sqrt(max(b * b - 4 * a * c, 0.0))) / (2 * a)
+
+    low = 0.0 if correct == 0 else root(correct - 0.5, -1)  # half a count towards p on each side
+    high = 1.0 if correct == n else root(correct + 0.5, +1)
+    return low, high
 
 
 @solution("last-real-token")
@@ -482,7 +491,7 @@ def holm_adjusted(p_values: list[float]) -> list[float]:
     order = sorted(range(m), key=lambda k: p_values[k])
     adjusted, running = [0.0] * m, 0.0
     for rank, k in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p_values[k]))  # never below a smaller p's
+        running = max(running, 1 - (1 - p_values[k]) ** (m - rank))  # Sidak's; never below a smaller p's
         adjusted[k] = running
     return adjusted
 
@@ -539,6 +548,7 @@ def acceptance_rate(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 @solution("residual-rows")
 def residual_rows(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    q = F.pad(q, (0, p.shape[-1] - q.shape[-1]))  # (..., V): the tokens the draft lacks have probability 0
     left = (p - q).clamp_min(0)  # (..., V)
     total = left.sum(dim=-1, keepdim=True)  # (..., 1): one sum per row
     return torch.where(total > 0, left / total.clamp_min(1e-30), p)  # nothing left over: p itself

@@ -75,18 +75,21 @@ def _error(err: BaseException) -> dict:
 
 def _result(fn, args: tuple, bans: list[str]) -> tuple[dict, bytes]:
     """What one call returned, as a header and the value's bytes (read back with weights_only=True),
-    with the exercise's banned functions made unavailable (:func:`course_lib.exercises.banned`)."""
+    with the exercise's banned functions made unavailable (:func:`course_lib.exercises.banned`) and
+    an input changed in place reported (:func:`course_lib.exercises.call`)."""
+    from course_lib.exercises import call
+
     try:
         if bans:
-            from course_lib.exercises import banned, banned_use
+            from course_lib.exercises import BanBypassed, banned, banned_use
 
             use = banned_use(bans, fn)
             if use is not None:
-                raise RuntimeError(f"{use} itself, which this exercise bans")
+                raise BanBypassed(use)
             with banned(bans, fn):
-                returned = fn(*args)
+                returned = call(fn, args)
         else:
-            returned = fn(*args)
+            returned = call(fn, args)
     except StepTimeout:
         raise
     except BaseException as err:  # the student's function raising is a result to report
