@@ -334,11 +334,13 @@ while not os.path.exists(GO):
 
 
 def trimmed():
-    """Notebook 04 with only its title, its set-up cell and its exercise cells (seconds to run)."""
+    """Notebook 04 with only its title, its set-up cell (its first code cell) and its exercise cells
+    (seconds to run)."""
     nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
     cells = nb["cells"]
+    set_up = next(i for i, c in enumerate(cells) if c["cell_type"] == "code")
     first_exercise = next(i for i, c in enumerate(cells) if 'check("' in "".join(c["source"]))
-    nb["cells"] = cells[:2] + cells[first_exercise - 1 :]
+    nb["cells"] = [cells[0], cells[set_up]] + cells[first_exercise - 1 :]
     return nb
 
 
