@@ -12,7 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .core import Case, _seeded, exercise
+from .core import Case, _seeded, dtype_step, exercise
 
 
 @exercise(
@@ -39,7 +39,9 @@ def _label_smoothing_cases() -> list[Case]:
         ((torch.tensor([[1000.0, 0.0, -1000.0]]), torch.tensor([0]), 0.1), "large logits, a confident right answer"),
         ((torch.randn(5, 7, generator=g) * 2, torch.tensor([0, 6, 2, 2, 5]), 0.2), "a batch of 5, eps 0.2"),
     ]
-    return [Case(args, note, answer(*args)) for args, note in inputs]
+    wide = (torch.randn(3, 5, generator=g, dtype=torch.float64), torch.tensor([4, 0, 2]), 0.1)
+    dtype = Case(wide, "float64 logits: a float64 loss", answer(*wide), hint=dtype_step("the logits"))
+    return [Case(args, note, answer(*args)) for args, note in inputs] + [dtype]
 
 
 def _window_mean(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .core import Case, _seeded, exercise
+from .core import Case, _seeded, dtype_step, exercise
 
 
 def _feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -91,7 +91,9 @@ def _attention_pool_cases() -> list[Case]:
         ((torch.randn(2, 3, 4, generator=g), torch.randn(4, generator=g)), "two texts of 3 tokens"),
         ((torch.randn(4, 6, 8, generator=g), torch.randn(8, generator=g) * 3), "four texts, a sharp query"),
     ]
-    return [Case(args, note, answer(*args)) for args, note in inputs]
+    wide = (torch.randn(2, 3, 4, generator=g, dtype=torch.float64), torch.randn(4, generator=g, dtype=torch.float64))
+    dtype = Case(wide, "float64 texts: a float64 pooling", answer(*wide), hint=dtype_step("x"))
+    return [Case(args, note, answer(*args)) for args, note in inputs] + [dtype]
 
 
 @exercise(

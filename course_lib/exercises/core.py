@@ -333,5 +333,10 @@ def check(name: str, fn: Callable) -> CheckResult:
     return CheckResult(name, True, f"✅ {name}: all {len(cases)} cases passed")
 
 
+def dtype_step(of: str) -> str:
+    """The hint of a case that tests the dtype a statement names (a float64 input), said as one."""
+    return f"the answer keeps the dtype of {of}: a float64 {of} gives a float64 answer (work in it, or convert back)"
+
+
 def _seeded(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)

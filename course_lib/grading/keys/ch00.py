@@ -156,4 +156,5 @@ MISTAKES["logsumexp"] = [
     lambda x: x.max(dim=-1).values,  # the max alone
     lambda x: torch.logsumexp(x, dim=-1),  # banned
     torch.logsumexp,  # banned, passed itself
+    lambda *args: logsumexp(*args).float(),  # float32 whatever the dtype of x
 ]

@@ -58,6 +58,7 @@ MISTAKES["label-smoothing"] = [
     smoothed_via_softmax,
     lambda z, y, eps: smoothed_cross_entropy(z, y, eps) * len(y),  # the sum over rows
     lambda z, y, eps: F.cross_entropy(z, y, label_smoothing=eps),  # right, but banned
+    lambda *args: smoothed_cross_entropy(*args).float(),  # float32 whatever the dtype of the logits
 ]
 
 

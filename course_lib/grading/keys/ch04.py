@@ -117,6 +117,7 @@ MISTAKES["attention-pool"] = [
     pool_over_batch,
     lambda x, query: x.mean(dim=1),  # no attention at all
     lambda x, query: (torch.softmax(x @ query, dim=-1).unsqueeze(-1) * x).sum(dim=1),  # no sqrt(d)
+    lambda *args: attention_pool(*args).float(),  # float32 whatever the dtype of x
 ]
 
 

@@ -141,6 +141,7 @@ MISTAKES["stretch-positions"] = [
     stretch_ends_move,
     stretch_nearest,
     lambda table, n: F.interpolate(table.T[None], size=n, mode="linear", align_corners=True)[0].T,  # banned
+    lambda *args: stretch_positions(*args).float(),  # float32 whatever the dtype of the table
 ]
 
 

@@ -88,6 +88,7 @@ MISTAKES["adamw-first-step"] = [
     lambda w, g, lr, wd: w - lr * (g + wd * w) / ((g + wd * w).abs() + 1e-8),  # L2 in the gradient: Adam, not AdamW
     lambda w, g, lr, wd: w - lr * wd * w - lr * g / (g.abs() + 1e-8) * (1 - 0.9),  # m without bias correction
     adamw_by_torch,  # right, but banned
+    lambda *args: adamw_first_step(*args).float(),  # float32 whatever the dtype of w
 ]
 
 

@@ -126,7 +126,8 @@ MISTAKES["repetition-penalty"] = [
     penalised_in_place,
     lambda logits, prev, pen: buggy_repetition_penalty(logits, set(prev), pen),  # the sign still wrong
     lambda logits, prev, pen: repetition_penalty(repetition_penalty(logits, prev, pen), prev[1:], pen),
-]  # the last: penalises a repeat again
+    lambda *args: repetition_penalty(*args).float(),  # float32 whatever the dtype of the logits
+]  # the fourth: penalises a repeat again
 
 
 # -- distinct-n ------------------------------------------------------------------------------------

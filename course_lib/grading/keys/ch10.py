@@ -47,6 +47,7 @@ MISTAKES["mean-pooling"] = [
     lambda features, lengths: features.mean(dim=1),  # padding averaged in
     mean_pooling_over_t,
     lambda features, lengths: mean_pooling(features, (lengths - 1).clamp(min=1)),  # one token too few
+    lambda *args: mean_pooling(*args).float(),  # float32 whatever the dtype of the features
 ]
 
 
@@ -139,6 +140,7 @@ MISTAKES["last-real-token"] = [
     lambda f, lengths, side: (
         last_real_both(f, lengths, side, lambda n, T: T - n) if side == "left" else last_real_token(f, lengths, side)
     ),  # the first real token of a left-padded row
+    lambda *args: last_real_token(*args).float(),  # float32 whatever the dtype of the features
 ]
 
 

@@ -70,6 +70,7 @@ MISTAKES["answer-loss"] = [
     answer_loss_of_row_means,
     lambda logits, targets: answer_loss(logits, targets) * (targets != -100).sum() / targets.numel(),
     lambda logits, targets: F.cross_entropy(logits.flatten(0, 1), targets.flatten()),  # right, but banned
+    lambda *args: answer_loss(*args).float(),  # float32 whatever the dtype of the logits
 ]  # the second: token 0 dropped as if it were padding; the fourth: divided by every position
 
 

@@ -78,6 +78,7 @@ MISTAKES["answer-logprob"] = [
     lambda logits, ids, n: F.log_softmax(logits, -1)[:-1].gather(-1, ids[1:, None]).sum(),  # the prompt too
     lambda logits, ids, n: F.log_softmax(logits, -1)[n - 1 : -1].gather(-1, ids[n:, None]).mean(),  # a mean
     lambda logits, ids, n: logits[n - 1 : -1].gather(-1, ids[n:, None]).sum(),  # logits, not log-probabilities
+    lambda *args: answer_logprob(*args).float(),  # float32 whatever the dtype of the logits
 ]
 
 
@@ -120,6 +121,7 @@ MISTAKES["ipo-loss"] = [
     lambda pc, pr, rc, rr, beta: ipo(pc, pr, torch.zeros_like(rc), torch.zeros_like(rr), beta),  # no reference
     lambda pc, pr, rc, rr, beta: ipo(pc, pr, rc, rr, beta, target=1 / beta),  # the target margin 1 / beta
     lambda pc, pr, rc, rr, beta: -F.logsigmoid(beta * ((pc - rc) - (pr - rr))).mean(),  # plain DPO
+    lambda *args: ipo_loss(*args).float(),  # float32 whatever the dtype of the log-probabilities
 ]
 
 

@@ -122,6 +122,7 @@ MISTAKES["draft-acceptance"] = [
     lambda p, q: torch.minimum(p, q).mean(dim=-1),  # a mean over the vocabulary
     lambda p, q: 1 - (p - q).abs().sum(dim=-1),  # the total variation without its half
     lambda p, q: (p * q).sum(dim=-1),  # both draw the same token
+    lambda *args: acceptance_rate(*args).float(),  # float32 whatever the dtype of p and q
 ]
 
 
@@ -179,4 +180,5 @@ MISTAKES["residual-rows"] = [
     lambda p, q: (p - padded(q, p)).abs() / (p - padded(q, p)).abs().sum(dim=-1, keepdim=True),  # |p - q|
     lambda p, q: residual_rows(p[..., : q.shape[-1]], q),  # the target cut to the draft's tokens
     lambda p, q: residual_rows(p, F.pad(q, (p.shape[-1] - q.shape[-1], 0))),  # padded on the left
+    lambda *args: residual_rows(*args).float(),  # float32 whatever the dtype of p
 ]  # the second: NaN for q == p

@@ -56,6 +56,7 @@ def _duplicate(seed: int) -> list[Case]:
         Case((_causal_rows(g, 3, 1, 4, 13), 5), "three layers, three tokens before the copies"),
         Case((_causal_rows(g, 2, 3, 1, 2), 1), "period 1: each token its own copy"),
         Case((_causal_rows(g, 1, 1, 3, 21), 10), "one token before two copies of 10"),
+        Case(([a.double() for a in _causal_rows(g, 2, 2, 2, 6)], 3), "float64 weights, two layers"),
     ]
 
 
@@ -69,6 +70,7 @@ MISTAKES["duplicate-token-scores"] = [
     lambda a, p: duplicate_scores(a, p, shift=1),  # the induction score
     lambda a, p: duplicate_scores(a, p, all_queries=True),  # queries from position `period` on
     lambda a, p: duplicate_scores(a, p).mean(dim=1, keepdim=True).expand(len(a), a[0].shape[1]),  # heads averaged
+    lambda *args: duplicate_token_scores(*args).float(),  # float32 whatever the dtype of the attention
 ]
 
 
@@ -111,6 +113,7 @@ MISTAKES["mean-ablate"] = [
     lambda z, h: z - z.mean(dim=(0, 1)) + z.mean(dim=(0, 1)) * 0,  # every head centred
     lambda z, h: ablated(z, h, 0.0),  # zero ablation
     mean_ablate_in_place,
+    lambda *args: mean_ablate(*args).float(),  # float32 whatever the dtype of z
 ]
 
 
