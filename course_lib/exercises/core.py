@@ -335,7 +335,7 @@ def check(name: str, fn: Callable) -> CheckResult:
 
 def dtype_step(of: str) -> str:
     """The hint of a case that tests the dtype a statement names (a float64 input), said as one."""
-    return f"the answer keeps the dtype of {of}: a float64 {of} gives a float64 answer (work in it, or convert back)"
+    return f"the answer is in the dtype of {of}: float64 in, float64 out (work in it, or convert back at the end)"
 
 
 def _seeded(seed: int) -> torch.Generator:
