@@ -74,6 +74,8 @@ def test_a_failure_says_where_expected_and_got_first_differ(fresh_kernel):
 def test_a_right_answer_in_another_dtype_is_told_as_a_dtype_mismatch(fresh_kernel):
     message = repr(check("answer-loss", lambda logits, targets: SOLUTIONS["answer-loss"](logits.double(), targets)))
     assert "\n  differs:  the dtype: expected torch.float32, got torch.float64 (the values agree)" in message
+    assert "\n  hint 1:   the values are right: return them as torch.float32, as the statement says" in message
+    assert EXERCISES["answer-loss"].hints[0] not in message  # not a nudge towards a bug that is not there
 
 
 def test_the_hint_is_chosen_by_the_case_that_failed(fresh_kernel):

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from .core import Case, _seeded, dtype_step, exercise
+from .core import Case, _seeded, exercise
 
 
 def _rope_thetas(head_dim: int, base: float) -> torch.Tensor:
@@ -71,10 +71,9 @@ def _alibi_bias_cases() -> list[Case]:
         ((torch.tensor([0.5]), 3), "one head, T = 3"),
         ((torch.tensor([0.25, 0.0625]), 4), "two heads, T = 4"),
         ((torch.tensor([0.5, 0.25, 0.125, 0.0625]), 1), "T = 1: nothing to look back on"),
+        ((torch.tensor([0.5, 0.125], dtype=torch.float64), 3), "float64 slopes: a float64 bias"),
     ]
-    wide = (torch.tensor([0.5, 0.125], dtype=torch.float64), 3)
-    dtype = Case(wide, "float64 slopes: a float64 bias", _alibi_by_loops(*wide), hint=dtype_step("the slopes"))
-    return [Case(args, note, _alibi_by_loops(*args)) for args, note in inputs] + [dtype]
+    return [Case(args, note, _alibi_by_loops(*args)) for args, note in inputs]
 
 
 def _stretched_by_loops(table: torch.Tensor, new_length: int) -> torch.Tensor:
@@ -108,10 +107,9 @@ def _stretch_positions_cases() -> list[Case]:
         ((torch.tensor([[0.0], [1.0], [4.0]]), 5), "three rows to five"),
         ((torch.randn(4, 3, generator=g), 4), "the same length: unchanged"),
         ((torch.randn(8, 5, generator=g), 3), "shrinking, eight rows to three"),
+        ((torch.randn(5, 3, generator=g, dtype=torch.float64), 9), "a float64 table: a float64 table"),
     ]
-    wide = (torch.randn(5, 3, generator=g, dtype=torch.float64), 9)
-    dtype = Case(wide, "a float64 table: a float64 table", _stretched_by_loops(*wide), hint=dtype_step("the table"))
-    return [Case(args, note, _stretched_by_loops(*args)) for args, note in inputs] + [dtype]
+    return [Case(args, note, _stretched_by_loops(*args)) for args, note in inputs]
 
 
 def _reach_by_loop(slope: float, T: int, share: float) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .core import Case, _seeded, dtype_step, exercise
+from .core import Case, _seeded, exercise
 
 
 def _example_logits() -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,7 +89,7 @@ def _penalty_cases() -> list[Case]:
         Case((logits, [1, 2], 2.0), "a negative logit goes down", torch.tensor([2.0, -2.0, 0.25, 3.0])),
         Case((logits, [0, 0, 0], 2.0), "a token seen three times: once", torch.tensor([1.0, -1.0, 0.5, 3.0])),
         Case((logits.double(), [0, 1], 2.0), "float64 logits stay float64",
-             torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64), hint=dtype_step("the logits")),
+             torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64)),
     ]  # fmt: skip
 
 

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from .core import Case, _seeded, dtype_step, exercise
+from .core import Case, _seeded, exercise
 
 
 @exercise(
@@ -57,8 +57,8 @@ def _answer_loss_cases() -> list[Case]:
         "exp(200) overflows: log(exp / sum) gives inf / inf = nan; torch.log_softmax (or the logits minus their "
         "logsumexp) stays finite"
     )
-    wide = (torch.randn(2, 4, 6, generator=g, dtype=torch.float64), targets_2)
-    return [*cases, Case(wide, "float64 logits: a float64 loss", answer(*wide), hint=dtype_step("the logits"))]
+    double = (torch.randn(2, 4, 6, generator=g, dtype=torch.float64), targets_2)
+    return [*cases, Case(double, "float64 logits: a float64 loss", answer(*double))]
 
 
 @exercise(

@@ -218,6 +218,13 @@ def _entry(t: torch.Tensor, flat: int) -> tuple[tuple[int, ...], Any]:
     return index, t[index].item()
 
 
+def _dtype_only(got: Any, expected: Any) -> bool:
+    """Whether ``got`` holds ``expected``'s values in another dtype: the one thing wrong is the dtype."""
+    if not (isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor)) or got.dtype == expected.dtype:
+        return False
+    return got.dtype.is_complex == expected.dtype.is_complex and _same(got.to(expected.dtype), expected)
+
+
 def _difference(got: Any, expected: Any) -> str | None:
     """Where ``got`` first differs from ``expected``, in words: a tensor's shape, dtype or first wrong
     entry (with its index), a sequence's first wrong element, a string's first wrong character, a
@@ -228,8 +235,8 @@ def _difference(got: Any, expected: Any) -> str | None:
         if got.shape != expected.shape:
             return f"the shape: expected {tuple(expected.shape)}, got {tuple(got.shape)}"
         if got.dtype != expected.dtype:
-            agree = got.dtype.is_complex == expected.dtype.is_complex and _same(got.to(expected.dtype), expected)
-            return f"the dtype: expected {expected.dtype}, got {got.dtype}" + (" (the values agree)" if agree else "")
+            agree = " (the values agree)" if _dtype_only(got, expected) else ""
+            return f"the dtype: expected {expected.dtype}, got {got.dtype}{agree}"
         if expected.is_floating_point():
             wrong = ~torch.isclose(got, expected, rtol=1e-4, atol=1e-5)
         else:
@@ -313,7 +320,10 @@ def check(name: str, fn: Callable) -> CheckResult:
                 got_text, ok = _show(got), _same(got, expected)
         if not ok:
             FAILURES[name] = FAILURES.get(name, 0) + 1
-            steps = ex.steps(case.hint)
+            if _dtype_only(got, expected):  # the one step that helps, whatever the case tests
+                steps = ex.steps(f"the values are right: return them as {expected.dtype}, as the statement says")
+            else:
+                steps = ex.steps(case.hint)
             shown = steps[: FAILURES[name]]
             more = " (each failed run shows one more step)" if len(shown) < len(steps) else ""
             if ex.prediction:  # the expected value is the number the student is asked to predict
@@ -331,11 +341,6 @@ def check(name: str, fn: Callable) -> CheckResult:
             )
             return CheckResult(name, False, message)
     return CheckResult(name, True, f"✅ {name}: all {len(cases)} cases passed")
-
-
-def dtype_step(of: str) -> str:
-    """The hint of a case that tests the dtype a statement names (a float64 input), said as one."""
-    return f"the answer is in the dtype of {of}: float64 in, float64 out (work in it, or convert back at the end)"
 
 
 def _seeded(seed: int) -> torch.Generator:
