@@ -72,7 +72,7 @@ def test_no_import_circles():
     def visit(module: str, path: tuple[str, ...]) -> None:
         assert module not in path, f"import circle: {' -> '.join((*path, module))}"
         if module not in done:
-            for imported in graph[module]:
+            for imported in graph.get(module, ()):  # a module a students' copy lacks imports nothing
                 visit(imported, (*path, module))
             done.add(module)
 
