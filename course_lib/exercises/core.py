@@ -4,7 +4,8 @@ A student writes a function and calls ``check("exercise-name", their_function)``
 checker runs it on a handful of cases and answers "passed" or, for the first case that
 fails, the input, the expected answer, what the function returned, where the two first differ and
 a hint. Hints come in steps: a nudge on the first failure, more on each failure after it (counted
-per exercise in the running kernel); a case may name the step it tests, shown first. A starter
+per exercise in the running kernel); a case may name the step it tests, shown first, and a
+result whose one fault is its dtype is told so instead. A starter
 function that still raises ``NotImplementedError`` gets one neutral line, so a notebook is stored
 showing no case, no answer and no hint. Each call gets a fresh copy of its case's inputs
 (:func:`call`), and a function that changes one of them in place fails that case: the statements ask
