@@ -31,10 +31,9 @@ REQUIREMENTS = ("requirements.txt", "requirements-test.txt", "requirements-model
 COMMANDS = ("lab", "test", "slides", "grade", "solutions", "students-copy")
 PYTHONS = ((3, 10), (3, 13))  # the oldest and newest Python the course is tested on
 NOTEBOOKS = "notebooks"  # where JupyterLab opens, inside the repository it serves
-INSTRUCTOR_ONLY = ("course_lib/grading/solutions.py", "course_lib/grading/hidden_cases.py")
-"""What a students' copy leaves out: the reference solutions and the demo key of hidden cases (which is
-built from them), and the two test files that read them."""
-STUDENTS_LEAVE_OUT = (*INSTRUCTOR_ONLY, "tests/test_exercises.py", "tests/test_grading.py")
+KEY = "course_lib/grading/keys"  # the instructors' key: each exercise's solution, hidden cases, mistakes
+STUDENTS_LEAVE_OUT = (KEY, "tests/test_exercises.py", "tests/test_grading.py")
+"""What a students' copy leaves out: the instructors' key (a folder) and the two test files that read it."""
 
 
 def venv_python() -> Path:
@@ -162,15 +161,16 @@ def students_copy(dest: Path, root: Path = ROOT) -> list[str]:
         raise SystemExit(f"{dest} is not empty: name a new folder")
     if dest == root or root in dest.parents:
         raise SystemExit(f"{dest} is inside the course: name a folder outside {root}")
-    left_out = []
+    left_out: dict[str, None] = {}  # each of STUDENTS_LEAVE_OUT met, in the order met
     for name in tracked_files(root):
-        if name in STUDENTS_LEAVE_OUT:
-            left_out.append(name)
+        out = next((path for path in STUDENTS_LEAVE_OUT if name == path or name.startswith(f"{path}/")), None)
+        if out is not None:
+            left_out[out] = None
             continue
         target = dest / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / name, target)
-    return left_out
+    return list(left_out)
 
 
 def main(argv: list[str]) -> int:
@@ -186,7 +186,7 @@ def main(argv: list[str]) -> int:
         print(f"the students' copy is in {Path(rest[0]).resolve()}, without {', '.join(left_out)}, and without")
         print("git history (this repository's history holds the solutions): publish it as a new repository.")
         return 0
-    if command == "solutions" and not (ROOT / INSTRUCTOR_ONLY[0]).exists():
+    if command == "solutions" and not (ROOT / KEY).exists():
         print("this copy of the course has no solutions: your instructor keeps them")
         return 2
     python = ensure_environment("requirements-test.txt" if command == "test" else "requirements.txt")
@@ -197,7 +197,7 @@ def main(argv: list[str]) -> int:
         env.update(COURSE_BUDGET="ci", COURSE_DEVICE="cpu", PYTHONHASHSEED="0")
         return subprocess.run([str(python), "-m", "course_lib.grading", *rest], env=env).returncode
     elif command == "solutions":
-        args = [str(python), "-m", "course_lib.grading.solutions", *rest]
+        args = [str(python), "-m", "course_lib.grading.keys", *rest]
     elif command == "lab":
         args = [*lab_arguments(python), *rest]
     else:

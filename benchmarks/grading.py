@@ -1,7 +1,7 @@
 """How long `python3 course.py grade` takes for a class (a benchmark, not a test).
 
 Builds a class of N student copies of the course notebooks (cycling through every notebook with
-exercises; in each copy the first exercise is solved with the solution of tests/test_exercises.py,
+exercises; in each copy the first exercise is solved with its solution in course_lib/grading/keys/,
 the second left as handed out), grades it as `course.py grade` does, and prints the time per
 notebook and the time for classes of 30 and 80. With --baseline it also grades the same class running
 every cell of each notebook (training included, as the student's kernel did), for the ratio.
@@ -16,18 +16,15 @@ import argparse
 import inspect
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 os.environ.update(COURSE_BUDGET="ci", COURSE_DEVICE="cpu", PYTHONHASHSEED="0")
 
-from test_exercises import SOLUTIONS  # noqa: E402
-
 from course_lib.grading import grader, submissions  # noqa: E402
+from course_lib.grading.keys import SOLUTIONS  # noqa: E402
 
 
 def make_class(folder: Path, students: int) -> list[Path]:

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib import classification, evaluation, quantization, rl, speculative, tasks
-from course_lib.exercises import EXERCISES, check
+from course_lib import classification, evaluation, model, positional, quantization, rl, speculative, tasks
+from course_lib.exercises import EXERCISES, _same, call, check
 
 TOOLS = {"cross_entropy": F.cross_entropy}  # a banned function kept in a container
 
@@ -34,6 +34,18 @@ def unpack_by_default(packed, *, unpack=quantization.unpack_int4):
 
 def checker_by_default(prompt, answer, right=tasks.addition_answer):
     return 1.0 if answer.strip() == right(prompt) else 0.0
+
+
+def alibi_by_default(slopes, T, bias=positional.alibi_bias):  # course_lib's bias, rescaled, the future masked
+    H = len(slopes)
+    distance = bias(H, T, dtype=torch.float64) / positional.alibi_slopes(H).double()[:, None, None]  # -(i - j)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    return (slopes.double()[:, None, None] * distance).masked_fill(future, float("-inf")).to(slopes.dtype)
+
+
+def llama_by_default(V, C, L, h, formula=model.parameter_formula, config=model.GPTConfig):
+    shape = dict(vocab_size=V, d_model=C, n_layers=L, n_heads=1, ffn_hidden=h, bias=False, tie_weights=False)
+    return formula(config(**shape, positional="rope", norm="rmsnorm", ffn="swiglu"))["total"]
 
 
 def smoothed_by_default(logits, targets, eps, ce=F.cross_entropy):
@@ -80,6 +92,16 @@ def adamw_by_another_module(w, g, lr, weight_decay):
     return p.detach()
 
 
+def adamw_by_its_fused_kernel(w, g, lr, weight_decay):
+    w, step = w.clone(), torch.tensor(1.0)  # the step count after this step, as AdamW passes it
+    m, v = torch.zeros_like(w), torch.zeros_like(w)
+    torch._fused_adamw_(
+        [w], [g.clone()], [m], [v], [], [step], lr=lr, beta1=0.9, beta2=0.999,
+        weight_decay=weight_decay, eps=1e-8, amsgrad=False, maximize=False,
+    )  # fmt: skip
+    return w
+
+
 def wilson_by_a_reexport(correct, n):  # the continuity-corrected ends, each Wilson's at half a count off
     low = rl.wilson_interval(correct - 0.5, n)[0] if correct > 0 else 0.0
     return low, rl.wilson_interval(correct + 0.5, n)[1] if correct < n else 1.0
@@ -96,6 +118,8 @@ def helper_that_calls_it(x):  # the student's own helper reaches the banned func
 BYPASSES = [
     ("holm-adjusted", holm_by_default, "holm"),
     ("mcnemar-exact", mcnemar_by_default, "mcnemar_p"),
+    ("alibi-bias", alibi_by_default, "alibi_bias"),
+    ("llama-parameters", llama_by_default, "parameter_formula"),
     ("last-real-token", last_real_by_default, "last_real_token"),
     ("int4-unpack", unpack_by_default, "unpack_int4"),
     ("addition-checker", checker_by_default, "addition_answer"),
@@ -109,6 +133,7 @@ BYPASSES = [
     ("stretch-positions", stretch_by_torch_c, "_C"),
     ("accumulated-grad", accumulated_by_the_engine, "_execution_engine"),
     ("adamw-first-step", adamw_by_another_module, "AdamW"),
+    ("adamw-first-step", adamw_by_its_fused_kernel, "_fused_adamw_"),
     ("wilson-interval", wilson_by_a_reexport, "wilson_interval"),
     ("top-p-min-keep", top_p_by_a_reexport, "filter_logits"),
 ]
@@ -134,6 +159,10 @@ def test_a_bypass_computes_the_right_answer_when_nothing_is_banned():
     assert holm_by_default([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert accumulated_by_the_engine(2.0, 3) == pytest.approx(30.0)
     assert math.isclose(logsumexp_by_aten(torch.zeros(2)).item(), math.log(2), rel_tol=1e-6)
+    for name, fn in [("alibi-bias", alibi_by_default), ("llama-parameters", llama_by_default)]:
+        assert all(_same(call(fn, case.args), EXERCISES[name].expected(case)) for case in EXERCISES[name].cases())
+    w, g = torch.tensor([1.0, -2.0]), torch.tensor([0.5, -30.0])
+    assert torch.allclose(adamw_by_its_fused_kernel(w, g, 0.1, 0.5), adamw_by_another_module(w, g, 0.1, 0.5))
 
 
 def test_a_right_answer_with_private_looking_names_of_its_own_still_passes():

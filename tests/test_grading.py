@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_exercises import MISTAKES, SOLUTIONS
 
 from course_lib.exercises import EXERCISES, _same, banned, banned_use, call
 from course_lib.grading.gradebook import Gradebook, NotebookReport
-from course_lib.grading.hidden_cases import HIDDEN
+from course_lib.grading.keys import MISTAKES, SOLUTIONS, demo_cases
 from course_lib.grading.sandbox import ProtocolError, Sandbox, isolation
 from course_lib.grading.scoring import Answers, Grade, export_cases, load_cases
 from course_lib.grading.submissions import find_checks, plan
@@ -49,23 +48,27 @@ REFUSE_NAMESPACES = "echo 0 > /proc/sys/user/max_user_namespaces"  # in the cont
 # == the hidden cases =======================================================================
 
 
+HIDDEN = demo_cases()  # as the grader reads them without --cases
+
+
 def hidden_results(name, fn):
     """Whether ``fn`` passes each hidden case of exercise ``name``, answered as the grader answers it."""
-    ex, results = EXERCISES[name], []
-    for answered, given in zip(HIDDEN[name](), HIDDEN[name]()):
-        expected = ex.expected(answered)
+    ex, answers, results = EXERCISES[name], Answers.build([name], HIDDEN), []
+    for case, args in zip(answers.cases[name], answers.inputs[name]):
+        if not case.hidden:
+            continue
         try:
             assert banned_use(ex.bans, fn) is None, "the banned function itself"
             with banned(ex.bans, fn):  # as the student's process calls it
-                got = call(fn, given.args)
-            results.append(bool(_same(got, expected)))
+                got = call(fn, args)
+            results.append(bool(_same(got, case.expected)))
         except Exception:
             results.append(False)
     return results
 
 
 def test_every_exercise_has_hidden_cases():
-    assert list(HIDDEN) == list(EXERCISES), "hidden_cases.py: one set per exercise, in the course's order"
+    assert list(HIDDEN) == list(EXERCISES), "the key: one set of hidden cases per exercise, in the course's order"
     assert all(len(HIDDEN[name]()) >= 4 for name in EXERCISES)
 
 
@@ -88,10 +91,10 @@ def test_answers_are_built_from_the_references_before_any_student_code():
     assert answers.inputs["linear-attention"][0][0] is not EXERCISES["linear-attention"].cases()[0].args[0]
 
 
-def test_exported_cases_are_the_demo_set_with_a_new_seed(tmp_path):
+def test_exported_cases_are_the_demo_set_with_a_new_seed_and_say_how_to_add_cases(tmp_path):
     path = export_cases(tmp_path / "my_cases.py")
     text = path.read_text(encoding="utf-8")
-    assert "\nSEED = 1000\n" not in text and "--cases my_cases.py" in text
+    assert "\nSEED = 1000 " not in text and "--cases my_cases.py" in text
     with pytest.raises(FileExistsError):
         export_cases(path)  # an instructor's own cases are never overwritten
     mine = load_cases(path)
@@ -100,6 +103,18 @@ def test_exported_cases_are_the_demo_set_with_a_new_seed(tmp_path):
     shipped, exported = Answers.build([name], HIDDEN), Answers.build([name], mine.hidden)
     assert [c.note for c in shipped.cases[name]] == [c.note for c in exported.cases[name]]
     assert [c.args_text for c in shipped.cases[name]] != [c.args_text for c in exported.cases[name]]
+    recipe = [line[len("#     ") :] for line in text.splitlines() if line.startswith("#     ")]  # the example
+    path.write_text(text + "\n".join(recipe) + "\n", encoding="utf-8")
+    added = Answers.build([name], load_cases(path).hidden).cases[name]
+    assert [c.note for c in added] == [c.note for c in exported.cases[name]] + ["my own case"]
+    assert added[-1].expected.sum() == 3  # answered by the reference: three trigrams
+
+
+def test_the_key_registers_each_part_of_an_exercise_once():
+    with pytest.raises(ValueError, match="solution of 'trigram-counts' defined twice"):
+        SOLUTIONS["trigram-counts"] = SOLUTIONS["logsumexp"]
+    with pytest.raises(ValueError, match="typical mistakes of 'logsumexp' defined twice"):
+        MISTAKES["logsumexp"] = []
 
 
 def test_a_cases_file_may_cover_some_exercises_and_must_name_real_ones(tmp_path):

@@ -6,6 +6,8 @@ import importlib
 import re
 from pathlib import Path
 
+import pytest
+
 import course_lib
 
 PACKAGE = Path(course_lib.__file__).parent
@@ -59,7 +61,7 @@ def test_the_package_docstrings_and_the_contributors_guide_list_every_module():
         unnamed = [m for m in MODULES if m.startswith(f"{package}.") and named(m) not in doc]
         assert not unnamed, f"course_lib.{package}'s docstring does not name {unnamed}"
     readme = (PACKAGE.parent / "CONTRIBUTING.md").read_text(encoding="utf-8")
-    missing = [m for m in MODULES if (f"{m}/" if m in SUBPACKAGES else f"{named(m)}.py") not in readme]
+    missing = [m for m in MODULES if (f"{named(m)}/" if m in SUBPACKAGES else f"{named(m)}.py") not in readme]
     assert not missing, f"CONTRIBUTING.md's layout does not mention {missing}"
 
 
@@ -70,7 +72,7 @@ def test_no_import_circles():
     def visit(module: str, path: tuple[str, ...]) -> None:
         assert module not in path, f"import circle: {' -> '.join((*path, module))}"
         if module not in done:
-            for imported in graph[module]:
+            for imported in graph.get(module, ()):  # a module a students' copy lacks imports nothing
                 visit(imported, (*path, module))
             done.add(module)
 
@@ -80,5 +82,27 @@ def test_no_import_circles():
 
 def test_the_model_imports_only_its_layers_and_nothing_imports_the_command_line():
     assert imports_of("model") <= {"attention", "layers", "positional"}
-    for command_line in ("train", "grading.__main__"):
+    for command_line in ("train", "grading.__main__", "grading.keys.__main__"):
         assert not [m for m in MODULES if command_line in imports_of(m)], f"only `python -m` runs {command_line}"
+
+
+@pytest.mark.skipif(not (PACKAGE / "grading" / "keys").is_dir(), reason="a students' copy: the key is left out")
+def test_each_chapters_exercises_and_key_have_a_module_of_their_own_under_600_lines():
+    """A notebook's exercises in one place: their visible cases in exercises/chNN.py, the instructors' key
+    (each one's solution, hidden cases, typical mistakes) in grading/keys/chNN.py; no exercise file is long."""
+    from course_lib.exercises import EXERCISES
+    from course_lib.grading.keys import HIDDEN, MISTAKES, SOLUTIONS
+
+    for name, ex in EXERCISES.items():
+        chapter = ex.cases.__module__.rpartition(".")[2]
+        key = f"course_lib.grading.keys.{chapter}"
+        assert re.fullmatch(r"ch\d\d", chapter), f"{name}'s visible cases are not in a chapter's module"
+        assert SOLUTIONS[name].__module__ == HIDDEN[name].__module__ == key, f"{name}'s key is not in {key}"
+        assert any(getattr(m, "__module__", None) == key for m in MISTAKES[name]), f"{name}'s mistakes are not in {key}"
+    files = [
+        *PACKAGE.glob("exercises/*.py"),
+        *PACKAGE.glob("grading/keys/*.py"),
+        *PACKAGE.parent.glob("tests/test_exercise*.py"),
+    ]
+    long = {f.name: n for f in files if (n := len(f.read_text(encoding="utf-8").splitlines())) > 600}
+    assert not long, f"exercise files over 600 lines: {long}"

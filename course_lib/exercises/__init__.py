@@ -4,7 +4,7 @@ The checker (cases, hints, the check) is :mod:`course_lib.exercises.core`, its b
 :mod:`course_lib.exercises.bans`; each notebook's exercises, with their visible cases, are in a
 module of their own, ``chNN.py``, imported here in the course's order (00 first), so that
 :data:`EXERCISES` lists them as the notebooks use them. The instructors' key (solutions, hidden
-cases) is in :mod:`course_lib.grading`.
+cases, typical mistakes) is in :mod:`course_lib.grading.keys`, one module per notebook too.
 """
 
 from . import bans, ch00, ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12, ch13, ch14, ch15, core

@@ -1,7 +1,8 @@
 """The exercises of notebook 00, Language models and PyTorch.
 
 Each one's visible cases, hints and bans, in the order the notebook asks them; the checker is
-:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases) :mod:`course_lib.grading`.
+:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases, typical mistakes)
+:mod:`course_lib.grading.keys.ch00`.
 """
 
 from __future__ import annotations
@@ -100,4 +101,5 @@ def _logsumexp_cases() -> list[Case]:
         Case((torch.tensor([[-1000.0, -1000.0], [3.0, 4.0]]),), "a very negative row beside a small one"),
         Case((torch.tensor([[0.0, float("-inf")], [float("-inf"), float("-inf")]]),),
              "-inf is probability 0; a row of -inf only: log 0 = -inf", hint=3),
+        Case((torch.tensor([[0.5, 1.5], [300.0, -2.0]], dtype=torch.float64),), "float64 stays float64"),
     ]  # fmt: skip

@@ -1,7 +1,8 @@
 """The exercises of notebook 03, The MLP language model.
 
 Each one's visible cases, hints and bans, in the order the notebook asks them; the checker is
-:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases) :mod:`course_lib.grading`.
+:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases, typical mistakes)
+:mod:`course_lib.grading.keys.ch03`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ def _label_smoothing_cases() -> list[Case]:
         ((torch.zeros(2, 4), torch.tensor([1, 3]), 0.3), "equal logits: ln 4 whatever eps"),
         ((torch.tensor([[1000.0, 0.0, -1000.0]]), torch.tensor([0]), 0.1), "large logits, a confident right answer"),
         ((torch.randn(5, 7, generator=g) * 2, torch.tensor([0, 6, 2, 2, 5]), 0.2), "a batch of 5, eps 0.2"),
+        (
+            (torch.randn(3, 5, generator=g, dtype=torch.float64), torch.tensor([4, 0, 2]), 0.1),
+            "float64 logits: a float64 loss",
+        ),
     ]
     return [Case(args, note, answer(*args)) for args, note in inputs]
 

@@ -1,7 +1,8 @@
 """The exercises of notebook 04, Self-attention.
 
 Each one's visible cases, hints and bans, in the order the notebook asks them; the checker is
-:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases) :mod:`course_lib.grading`.
+:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases, typical mistakes)
+:mod:`course_lib.grading.keys.ch04`.
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ def _attention_pool_cases() -> list[Case]:
         ((torch.tensor([[[1.0, 0.0], [0.0, 1.0]]]), torch.zeros(2)), "one text, a query of zeros: the mean"),
         ((torch.randn(2, 3, 4, generator=g), torch.randn(4, generator=g)), "two texts of 3 tokens"),
         ((torch.randn(4, 6, 8, generator=g), torch.randn(8, generator=g) * 3), "four texts, a sharp query"),
+        (
+            (torch.randn(2, 3, 4, generator=g, dtype=torch.float64), torch.randn(4, generator=g, dtype=torch.float64)),
+            "float64 texts: a float64 pooling",
+        ),
     ]
     return [Case(args, note, answer(*args)) for args, note in inputs]
 

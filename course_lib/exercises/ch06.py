@@ -1,7 +1,8 @@
 """The exercises of notebook 06, Positional encodings.
 
 Each one's visible cases, hints and bans, in the order the notebook asks them; the checker is
-:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases) :mod:`course_lib.grading`.
+:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases, typical mistakes)
+:mod:`course_lib.grading.keys.ch06`.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ def _stretch_positions_cases() -> list[Case]:
         ((torch.tensor([[0.0], [1.0], [4.0]]), 5), "three rows to five"),
         ((torch.randn(4, 3, generator=g), 4), "the same length: unchanged"),
         ((torch.randn(8, 5, generator=g), 3), "shrinking, eight rows to three"),
+        ((torch.randn(5, 3, generator=g, dtype=torch.float64), 9), "a float64 table: a float64 table"),
     ]
     return [Case(args, note, _stretched_by_loops(*args)) for args, note in inputs]
 

@@ -1,7 +1,8 @@
 """The exercises of notebook 08, Pretraining.
 
 Each one's visible cases, hints and bans, in the order the notebook asks them; the checker is
-:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases) :mod:`course_lib.grading`.
+:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases, typical mistakes)
+:mod:`course_lib.grading.keys.ch08`.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def _adamw_cases() -> list[Case]:
              torch.tensor([2.85])),
         Case((torch.tensor([1.0]), torch.tensor([1e-8]), 0.1, 0.0), "a gradient as small as eps",
              torch.tensor([0.95])),
+        Case((torch.tensor([1.0, -2.0], dtype=torch.float64), torch.tensor([0.5, -30.0], dtype=torch.float64), 0.1,
+              0.5), "float64 weights: float64 weights after the step", torch.tensor([0.85, -1.8], dtype=torch.float64)),
     ]  # fmt: skip
 
 

@@ -1,7 +1,8 @@
 """The exercises of notebook 09, Generating text.
 
 Each one's visible cases, hints and bans, in the order the notebook asks them; the checker is
-:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases) :mod:`course_lib.grading`.
+:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases, typical mistakes)
+:mod:`course_lib.grading.keys.ch09`.
 """
 
 from __future__ import annotations
@@ -87,7 +88,9 @@ def _penalty_cases() -> list[Case]:
         Case((logits, [3], 2.0), "one positive logit", torch.tensor([2.0, -1.0, 0.5, 1.5])),
         Case((logits, [1, 2], 2.0), "a negative logit goes down", torch.tensor([2.0, -2.0, 0.25, 3.0])),
         Case((logits, [0, 0, 0], 2.0), "a token seen three times: once", torch.tensor([1.0, -1.0, 0.5, 3.0])),
-    ]
+        Case((logits.double(), [0, 1], 2.0), "float64 logits stay float64",
+             torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64)),
+    ]  # fmt: skip
 
 
 @exercise(

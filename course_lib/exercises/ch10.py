@@ -1,7 +1,8 @@
 """The exercises of notebook 10, Fine-tuning for classification.
 
 Each one's visible cases, hints and bans, in the order the notebook asks them; the checker is
-:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases) :mod:`course_lib.grading`.
+:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases, typical mistakes)
+:mod:`course_lib.grading.keys.ch10`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ def _mean_pooling_cases() -> list[Case]:
         ),
         ((torch.randn(3, 5, 4, generator=g), torch.tensor([5, 2, 3])), "rows padded by 0, 3 and 2 tokens"),
         ((torch.randn(2, 6, 2, generator=g), torch.tensor([1, 6])), "a one-token text beside a full one"),
+        (
+            (torch.randn(2, 3, 2, generator=g, dtype=torch.float64), torch.tensor([3, 1])),
+            "float64 features: a float64 mean",
+        ),
     ]
     return [Case(args, note, _mean_pooled(*args)) for args, note in inputs]  # fmt: skip
 
@@ -82,7 +87,8 @@ def _last_real_cases() -> list[Case]:
         Case((f, lengths, "left"), "the same lengths, left-padded", f[rows, torch.tensor([4, 4, 4, 4, 4])]),
         Case((f[:2, :4], torch.tensor([4, 4]), "left"), "no padding at all", f[:2, 3]),
         Case((f[:2], torch.tensor([1, 5]), "right"), "a one-token text beside a full one", f[[0, 1], [0, 4]]),
-    ]
+        Case((f[:3].double(), torch.tensor([2, 5, 1]), "left"), "float64 features, left-padded", f[:3, 4].double()),
+    ]  # fmt: skip
 
 
 @exercise(

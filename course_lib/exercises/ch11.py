@@ -1,7 +1,8 @@
 """The exercises of notebook 11, Instruction fine-tuning.
 
 Each one's visible cases, hints and bans, in the order the notebook asks them; the checker is
-:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases) :mod:`course_lib.grading`.
+:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases, typical mistakes)
+:mod:`course_lib.grading.keys.ch11`.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def _answer_loss_cases() -> list[Case]:
         "exp(200) overflows: log(exp / sum) gives inf / inf = nan; torch.log_softmax (or the logits minus their "
         "logsumexp) stays finite"
     )
-    return cases
+    double = (torch.randn(2, 4, 6, generator=g, dtype=torch.float64), targets_2)
+    return [*cases, Case(double, "float64 logits: a float64 loss", answer(*double))]
 
 
 @exercise(

@@ -1,7 +1,8 @@
 """The exercises of notebook 13, Learning from preferences and rewards.
 
 Each one's visible cases, hints and bans, in the order the notebook asks them; the checker is
-:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases) :mod:`course_lib.grading`.
+:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases, typical mistakes)
+:mod:`course_lib.grading.keys.ch13`.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def _answer_logprob_cases() -> list[Case]:
         ((small, torch.tensor([1, 0, 1]), 1), "V = 2, T = 3: a prompt of one token, an answer of two"),
         ((torch.randn(6, 5, generator=g), torch.randint(0, 5, (6,), generator=g), 4), "a prompt of 4 tokens"),
         ((torch.randn(9, 13, generator=g) * 3, torch.randint(0, 13, (9,), generator=g), 2), "T = 9, V = 13"),
+        ((small.double(), torch.tensor([0, 1, 0]), 2), "float64 logits: a float64 log-probability"),
     ]
     return [Case(args, note, answer(*args)) for args, note in inputs]
 
@@ -83,6 +85,8 @@ def _ipo_cases() -> list[Case]:
               torch.tensor([-2.0, -3.0]), 0.1), "two pairs: h = 5 and h = -1", torch.tensor(18.0)),
         Case((pol_c, pol_r, ref_c, ref_r, 0.25), "four pairs, beta 0.25",
              (((pol_c - ref_c) - (pol_r - ref_r) - 2.0) ** 2).mean()),
+        Case(tuple(torch.tensor([x], dtype=torch.float64) for x in (-1.0, -9.0, -4.0, -4.0)) + (0.5,),
+             "float64 log-probabilities: a float64 loss", torch.tensor(49.0, dtype=torch.float64)),
     ]  # fmt: skip
 
 

@@ -1,7 +1,8 @@
 """The exercises of notebook 14, Fast inference on a laptop.
 
 Each one's visible cases, hints and bans, in the order the notebook asks them; the checker is
-:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases) :mod:`course_lib.grading`.
+:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases, typical mistakes)
+:mod:`course_lib.grading.keys.ch14`.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ def _acceptance_cases() -> list[Case]:
         Case((torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.25, 0.75, 0.0])), "a token neither proposes",
              torch.tensor(0.75)),
         Case((p, q), "a batch of two rows: the second draft is exact", torch.tensor([0.4, 1.0])),
+        Case((torch.tensor([0.6, 0.4], dtype=torch.float64), torch.tensor([0.3, 0.7], dtype=torch.float64)),
+             "two tokens in float64: a float64 rate", torch.tensor(0.7, dtype=torch.float64)),
     ]  # fmt: skip
 
 
@@ -114,4 +117,6 @@ def _residual_rows_cases() -> list[Case]:
         Case((torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.3, 0.5]]), torch.tensor([[0.6, 0.4], [0.1, 0.9]])),
              "a draft of 2 tokens for a target of 3: q is 0 for the third",
              torch.tensor([[0.0, 0.0, 1.0], [0.1 / 0.6, 0.0, 0.5 / 0.6]])),
+        Case((torch.tensor([0.4, 0.4, 0.2], dtype=torch.float64), torch.tensor([0.1, 0.2, 0.7], dtype=torch.float64)),
+             "one row in float64: a float64 row", torch.tensor([0.6, 0.4, 0.0], dtype=torch.float64)),
     ]  # fmt: skip

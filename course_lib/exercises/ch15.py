@@ -1,7 +1,8 @@
 """The exercises of notebook 15, What the model learned.
 
 Each one's visible cases, hints and bans, in the order the notebook asks them; the checker is
-:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases) :mod:`course_lib.grading`.
+:mod:`course_lib.exercises.core`, the instructors' key (solutions, hidden cases, typical mistakes)
+:mod:`course_lib.grading.keys.ch15`.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def _duplicate_cases() -> list[Case]:
         Case(([one.flip(-1).tril()], 2), "a head that never does: 0", torch.zeros(1, 1)),
         Case((random, 4), "two layers of three heads, random weights", _duplicate_scores(random, 4)),
         Case((bos, 3), "a first token before the two copies", _duplicate_scores(bos, 3)),
-    ]
+        Case(([one.double()], 2), "float64 weights: a float64 score", torch.ones(1, 1, dtype=torch.float64)),
+    ]  # fmt: skip
 
 
 def _mean_ablated(z: torch.Tensor, head: int) -> torch.Tensor:
@@ -102,6 +104,7 @@ def _mean_ablate_cases() -> list[Case]:
         Case((small.clone(), 1), "the same z, head 1", _mean_ablated(small, 1)),
         Case((z, 2), "random z (3, 5, 4, 8), head 2", _mean_ablated(z, 2)),
         Case((wide, 1), "one sequence: the mean over its positions", _mean_ablated(wide, 1)),
+        Case((small.double(), 1), "a float64 z: a float64 result", _mean_ablated(small.double(), 1)),
     ]
 
 

@@ -4,7 +4,8 @@ A student writes a function and calls ``check("exercise-name", their_function)``
 checker runs it on a handful of cases and answers "passed" or, for the first case that
 fails, the input, the expected answer, what the function returned, where the two first differ and
 a hint. Hints come in steps: a nudge on the first failure, more on each failure after it (counted
-per exercise in the running kernel); a case may name the step it tests, shown first. A starter
+per exercise in the running kernel); a case may name the step it tests, shown first, and a
+result whose one fault is its dtype is told so instead. A starter
 function that still raises ``NotImplementedError`` gets one neutral line, so a notebook is stored
 showing no case, no answer and no hint. Each call gets a fresh copy of its case's inputs
 (:func:`call`), and a function that changes one of them in place fails that case: the statements ask
@@ -218,6 +219,13 @@ def _entry(t: torch.Tensor, flat: int) -> tuple[tuple[int, ...], Any]:
     return index, t[index].item()
 
 
+def _dtype_only(got: Any, expected: Any) -> bool:
+    """Whether ``got`` holds ``expected``'s values in another dtype: the one thing wrong is the dtype."""
+    if not (isinstance(got, torch.Tensor) and isinstance(expected, torch.Tensor)) or got.dtype == expected.dtype:
+        return False
+    return got.dtype.is_complex == expected.dtype.is_complex and _same(got.to(expected.dtype), expected)
+
+
 def _difference(got: Any, expected: Any) -> str | None:
     """Where ``got`` first differs from ``expected``, in words: a tensor's shape, dtype or first wrong
     entry (with its index), a sequence's first wrong element, a string's first wrong character, a
@@ -228,8 +236,8 @@ def _difference(got: Any, expected: Any) -> str | None:
         if got.shape != expected.shape:
             return f"the shape: expected {tuple(expected.shape)}, got {tuple(got.shape)}"
         if got.dtype != expected.dtype:
-            agree = got.dtype.is_complex == expected.dtype.is_complex and _same(got.to(expected.dtype), expected)
-            return f"the dtype: expected {expected.dtype}, got {got.dtype}" + (" (the values agree)" if agree else "")
+            agree = " (the values agree)" if _dtype_only(got, expected) else ""
+            return f"the dtype: expected {expected.dtype}, got {got.dtype}{agree}"
         if expected.is_floating_point():
             wrong = ~torch.isclose(got, expected, rtol=1e-4, atol=1e-5)
         else:
@@ -313,7 +321,10 @@ def check(name: str, fn: Callable) -> CheckResult:
                 got_text, ok = _show(got), _same(got, expected)
         if not ok:
             FAILURES[name] = FAILURES.get(name, 0) + 1
-            steps = ex.steps(case.hint)
+            if _dtype_only(got, expected):  # the one step that helps, whatever the case tests
+                steps = ex.steps(f"the values are right: return them as {expected.dtype}, as the statement says")
+            else:
+                steps = ex.steps(case.hint)
             shown = steps[: FAILURES[name]]
             more = " (each failed run shows one more step)" if len(shown) < len(steps) else ""
             if ex.prediction:  # the expected value is the number the student is asked to predict

@@ -11,8 +11,8 @@ whose command line is ``__main__.py``) grades student copies of the course noteb
    cannot fail or hang; the statements that call ``check(...)`` are left out.
 2. **The answers come first.** (:mod:`course_lib.grading.scoring`) Before any student code runs, this
    process builds every case of every exercise (the visible ones of ``course_lib/exercises/`` and the hidden ones
-   of ``--cases FILE``, by default the shipped demo set :mod:`course_lib.grading.hidden_cases` that
-   students can read) and computes the expected answers with the reference solutions.
+   of ``--cases FILE``, by default the shipped demo set that students can read) and computes the
+   expected answers with the references, or the solutions of the instructors' key.
 3. **The student's code runs where nothing escapes.** (:mod:`course_lib.grading.sandbox`,
    :mod:`course_lib.grading.student_process`) A fresh Python process under a supervisor of its own (on
    Linux, in its own user, PID and mount namespaces) runs those cells with the CI training budget, a
@@ -27,6 +27,10 @@ A bad notebook costs one student: a cell that raises is noted and the next cells
 an exercise that runs past ``--timeout`` is interrupted (its exercise is ``timeout``); a process that
 dies, or is killed by its own code, is charged to the cell or exercise it was running, and a new one
 replays the notebook without that cell. Several notebooks are graded in parallel (``--jobs``).
+
+**The instructors' key** (:mod:`course_lib.grading.keys`) holds each notebook's in ``keys/chNN.py``: every
+exercise's solution, hidden cases (the demo set) and typical mistakes; ``keys/core.py`` the registers
+they fill, ``keys/__main__.py`` ``course.py solutions``. A students' copy leaves the folder out.
 
 Nothing is imported here: the sandbox's supervisor and the student's process start as
 ``python -m course_lib.grading.<module>`` and import only what they use.

@@ -3,18 +3,19 @@ student's function sent back, read safely and checked against them.
 
 The cases of an exercise are its visible ones (``course_lib/exercises/chNN.py``, those ``check()`` shows in the
 notebook) and its hidden ones. The hidden ones come from a Python file that defines ``HIDDEN`` (exercise
-name -> a function building its cases). By default that is the course's demo set,
-``course_lib/grading/hidden_cases.py``: it ships inside course_lib, so **students can read it**. For real
-grades an instructor starts their own file with :func:`export_cases` (``course.py grade
---export-cases FILE``: the demo set with a new random seed), changes or adds cases, keeps it from
-students, and grades with :func:`load_cases` (``--cases FILE``).
+name -> a function building its cases). By default they are the course's demo set, each chapter's in its
+key, ``course_lib/grading/keys/chNN.py``: a public repository holds it, so **students can read it**. For
+real grades an instructor starts their own file with :func:`export_cases` (``course.py grade
+--export-cases FILE``: the demo set drawn from a new random seed, and room for cases of their own), keeps
+it from students, and grades with :func:`load_cases` (``--cases FILE``). A case without its own answer is
+answered by the exercise's reference, else by its solution in the key (:func:`_answer`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import io
-import re
 import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from ..exercises import _FROM_REFERENCE, EXERCISES, Case, _difference, _same, _s
 from ..files import sha256_file, write_atomically
 
 STATUSES = ("passed", "failed", "error", "timeout", "not attempted")
-DEMO_CASES = Path(__file__).with_name("hidden_cases.py")  # a course handed to students may leave it out
+KEY = Path(__file__).with_name("keys")  # the instructors' key; a course handed to students leaves it out
 
 
 # == the hidden cases: the shipped demo set, or the instructor's own file ====================
@@ -46,15 +47,14 @@ def load_cases(path: str | Path | None = None) -> CaseSet:
     """The hidden cases of the file at ``path`` (run as Python: it is the instructor's own), or the
     shipped demo set when ``path`` is None. ValueError if the file names an exercise the course lacks."""
     if path is None:
-        if not DEMO_CASES.exists():
-            raise FileNotFoundError("course_lib/grading/hidden_cases.py is not here: grade with --cases FILE")
-        from .hidden_cases import HIDDEN
+        if not KEY.is_dir():
+            raise FileNotFoundError("course_lib/grading/keys/ is not here: grade with --cases FILE")
+        from .keys import demo_cases
 
-        digest = sha256_file(DEMO_CASES)
-        origin = "the shipped demo set, course_lib/grading/hidden_cases.py, which students can read"
-        return CaseSet(HIDDEN, origin, digest)
+        origin = "the shipped demo set, course_lib/grading/keys/, which students can read"
+        return CaseSet(demo_cases(), origin, _digest())
     path = Path(path)
-    digest = sha256_file(path)
+    digest = _digest(path)
     spec = importlib.util.spec_from_file_location(f"instructor_cases_{digest[:12]}", path)
     if spec is None or spec.loader is None:
         raise ValueError(f"{path}: not a Python file of hidden cases")
@@ -69,21 +69,40 @@ def load_cases(path: str | Path | None = None) -> CaseSet:
     return CaseSet(hidden, str(path), digest)
 
 
+def _digest(path: Path | None = None) -> str:
+    """One digest of the cases file at ``path`` (if any) and of the key, which draws the demo set and
+    answers the cases of an exercise without a reference (where the course has it): a change to either is
+    a change of the cases."""
+    files = ([path] if path else []) + sorted(KEY.glob("*.py"))
+    return hashlib.sha256("".join(sha256_file(f) for f in files).encode()).hexdigest()
+
+
+EXPORTED = """\
+# Hidden cases of your own, exported by `course.py grade --export-cases`: keep this file away from
+# students and grade with `course.py grade --cases {name} ...`.
+from course_lib.exercises import Case
+from course_lib.grading.keys import demo_cases
+
+SEED = {seed}  # the demo set's random inputs are drawn from it: a new one for every export
+HIDDEN = demo_cases(SEED)  # exercise name -> a function returning its hidden cases
+
+# The demo set's cases are in course_lib/grading/keys/chNN.py, which a public repository shows to
+# students: the seed above makes only their random inputs new. Replace an exercise's cases, or add to
+# them, with a function of your own; a Case without `expected` is answered by the exercise's
+# reference, or by its solution in course_lib/grading/keys/:
+#
+#     demo = HIDDEN["trigram-counts"]
+#     HIDDEN["trigram-counts"] = lambda: demo() + [Case(([5, 1, 5, 1, 5], 6), "my own case")]
+"""
+
+
 def export_cases(path: str | Path) -> Path:
-    """Write the demo set to ``path`` (a new file) with a new random ``SEED``: the start of your own cases."""
+    """Write a new file of hidden cases to ``path``: the demo set drawn from a new random ``SEED``, and how
+    to change or add cases. A file that exists is never overwritten."""
     path = Path(path)
     if path.exists():
         raise FileExistsError(f"{path} exists; export to a new file (your own cases are never overwritten)")
-    seed = secrets.randbelow(10**9)
-    demo = DEMO_CASES.read_text(encoding="utf-8")
-    source, changed = re.subn(r"^SEED = \d+", f"SEED = {seed}", demo, count=1, flags=re.M)  # by name: 3.13 warns
-    if not changed:
-        raise RuntimeError("course_lib/grading/hidden_cases.py has no 'SEED = ...' line to change")
-    head = (
-        f"# Exported by `course.py grade --export-cases` from the course's demo set, with a new SEED ({seed}).\n"
-        f"# Keep this file away from students, change or add cases, and grade with --cases {path.name}.\n"
-    )
-    return write_atomically(path, head + source)
+    return write_atomically(path, EXPORTED.format(name=path.name, seed=secrets.randbelow(10**9)))
 
 
 # == the cases and their answers (computed here, before any student code runs) ==============
@@ -124,10 +143,10 @@ class Answers:
 
 
 def _answer(name: str, case: Case) -> Any:
-    """The expected answer of ``case``: its own, the reference's, else (an instructor's case of an exercise
-    with no course_lib reference) the solution's in course_lib/grading/solutions.py."""
+    """The expected answer of ``case``: its own, the reference's, else (a hidden case of an exercise with
+    no course_lib reference) the solution's in the key, course_lib/grading/keys/chNN.py."""
     if case.expected is _FROM_REFERENCE and EXERCISES[name].reference is None:
-        from .solutions import SOLUTIONS
+        from .keys import SOLUTIONS
 
         return SOLUTIONS[name](*case.args)
     return EXERCISES[name].expected(case)
