@@ -102,4 +102,5 @@ def _logsumexp_cases() -> list[Case]:
         Case((torch.tensor([[0.0, float("-inf")], [float("-inf"), float("-inf")]]),),
              "-inf is probability 0; a row of -inf only: log 0 = -inf", hint=3),
         Case((torch.tensor([[0.5, 1.5], [300.0, -2.0]], dtype=torch.float64),), "float64 stays float64"),
+        Case((torch.arange(24.0).reshape(2, 3, 4).transpose(0, 1),), "a non-contiguous (3, 2, 4): over the last dim"),
     ]  # fmt: skip

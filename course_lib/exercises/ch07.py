@@ -60,7 +60,9 @@ def _rms_norm_cases() -> list[Case]:
         ((torch.randn(2, 3, 8, generator=g) * 3, torch.randn(8, generator=g), 1e-6), "(B, T, C)"),
         ((torch.full((1, 4), 1e-3), torch.zeros(4), 1e-6), "a tiny vector: eps matters"),
         ((half, torch.tensor([0.0, 0.5, -0.5, 1.0], dtype=torch.float16), 1e-6), "float16: squares above 65,504"),
-    ]
+        ((torch.randn(3, 2, 8, generator=g).transpose(0, 1), torch.randn(8, generator=g), 1e-6),
+         "a non-contiguous (2, 3, 8): a transposed batch"),
+    ]  # fmt: skip
     cases = [Case(args, note, answer(*args)) for args, note in inputs]
     cases[3].hint, cases[4].hint = 2, 3  # the tiny vector tests where eps goes; float16, the float32 squares
     return cases

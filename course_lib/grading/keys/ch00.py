@@ -133,6 +133,7 @@ def _logsumexp(seed: int) -> list[Case]:
         Case((torch.tensor([float("-inf"), 0.0, -3.0]),), "a -inf entry counts as zero probability"),
         Case((torch.randn(3, 4, 5, generator=g) * 3000,), "(3, 4, 5): logsumexp over the last dim only"),
         Case((torch.randn(6, 7, generator=g).T * 40,), "a non-contiguous (7, 6) tensor"),
+        Case((torch.randn(4, 3, 5, generator=g).transpose(0, 1) * 40,), "a non-contiguous (3, 4, 5) tensor"),
         Case((torch.zeros(1000),), "1,000 zeros: log 1000"),
         Case((torch.tensor([[-5e4, -5e4 - 1.0], [2e4, 2e4]], dtype=torch.float64),), "float64, far from 0"),
         Case((torch.full((2, 3, 4), float("-inf")),), "every row -inf only: -inf"),
@@ -157,4 +158,5 @@ MISTAKES["logsumexp"] = [
     lambda x: torch.logsumexp(x, dim=-1),  # banned
     torch.logsumexp,  # banned, passed itself
     lambda *args: logsumexp(*args).float(),  # float32 whatever the dtype of x
+    lambda x: logsumexp(x.view(-1, x.shape[-1])).view(x.shape[:-1]),  # view: fails on a non-contiguous batch
 ]

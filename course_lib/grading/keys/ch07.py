@@ -62,6 +62,8 @@ def _rms_norm(seed: int) -> list[Case]:
         Case((torch.zeros(2, 4), torch.ones(4), 1e-6), "zeros: eps avoids 0/0"),
         Case((torch.randn(3, 5, generator=g) * 1e3, torch.randn(5, generator=g), 1e-6), "large values"),
         Case((torch.randn(6, 7, generator=g).T, torch.ones(6), 0.1), "a non-contiguous (7, 6), eps 0.1"),
+        Case((torch.randn(5, 3, 16, generator=g).transpose(0, 1), torch.randn(16, generator=g), 1e-6),
+             "a non-contiguous (3, 5, 16)"),
         Case(
             (torch.randn(2, 8, generator=g, dtype=torch.float64), torch.ones(8, dtype=torch.float64), 1e-6), "float64"
         ),
@@ -91,6 +93,7 @@ MISTAKES["rms-norm"] = [
     lambda x, w, eps: rms_norm_with(x, w, eps, scale=lambda w: w),  # LLaMA's scale, weight not 1 + weight
     lambda x, w, eps: rms_norm_with(x, w, eps, work=x.dtype),  # squares in float16: inf
     lambda x, w, eps: rms_norm_with(x.float(), w, eps),  # float32 whatever the dtype of x
+    lambda x, w, eps: rms_norm(x.view(-1, x.shape[-1]), w, eps).view(x.shape),  # view: fails on a transposed batch
 ]
 
 
