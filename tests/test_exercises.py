@@ -129,6 +129,18 @@ def test_an_input_changed_in_place_fails_the_case_in_check_and_in_the_grader():
     assert "changed its input `z` in place" in header["error"] and payload == b""
 
 
+def test_a_return_the_grader_refuses_fails_the_check_with_the_same_words(fresh_kernel):
+    from course_lib.grading.student_process import _result
+
+    numpy_array = MISTAKES["dead-fraction"][3]  # (...).float().mean().numpy(): a 0-d ndarray
+    message = repr(check("dead-fraction", numpy_array))
+    refused = "returned an object of type ndarray, not a tensor or a plain value"
+    assert "case 1 of" in message and f"got:      {refused}" in message
+    header, payload = _result(numpy_array, EXERCISES["dead-fraction"].cases()[0].args, [])
+    assert f"returned {header['unsent']}".startswith(refused) and payload == b""
+    assert check("dead-fraction", lambda h: torch.tensor(SOLUTIONS["dead-fraction"](h)).item())  # a float: passes
+
+
 def test_each_case_gets_its_own_copy_of_inputs_shared_between_cases():
     seen = []
 

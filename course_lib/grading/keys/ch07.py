@@ -149,4 +149,5 @@ MISTAKES["dead-fraction"] = [
     lambda h: (h <= 0).float().mean().item(),  # the share of entries, not of units
     lambda h: (h.reshape(-1, h.shape[-1]) < 0).all(0).float().mean().item(),  # 0 counted as alive
     lambda h: (h.reshape(-1, h.shape[-1]) <= 0).all(1).float().mean().item(),  # positions, not units
+    lambda h: (h.reshape(-1, h.shape[-1]) <= 0).all(0).float().mean().numpy(),  # a NumPy array, not a float
 ]
