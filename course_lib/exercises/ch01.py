@@ -63,6 +63,7 @@ def _longest_match_cases() -> list[Case]:
         Case(("abc", {"ab", "bc"}), "greedy: 'ab' is taken, 'c' is left alone", ["ab", "c"]),
         Case(("xyz", set()), "an empty vocabulary: characters", ["x", "y", "z"]),
         Case(("aaaa", {"aa", "aaa"}), "the longest first, then what is left", ["aaa", "a"]),
+        Case(("the cat", {"the", " ", "ca", "cat"}), "the longest entry ends the text", ["the", " ", "cat"], hint=1),
     ]
 
 

@@ -62,9 +62,11 @@ def _rms_norm_cases() -> list[Case]:
         ((half, torch.tensor([0.0, 0.5, -0.5, 1.0], dtype=torch.float16), 1e-6), "float16: squares above 65,504"),
         ((torch.randn(3, 2, 8, generator=g).transpose(0, 1), torch.randn(8, generator=g), 1e-6),
          "a non-contiguous (2, 3, 8): a transposed batch"),
+        (((torch.randn(3, 16, generator=g) * 3).bfloat16(), torch.randn(16, generator=g).bfloat16(), 1e-6),
+         "bfloat16: squared in float32 too"),
     ]  # fmt: skip
     cases = [Case(args, note, answer(*args)) for args, note in inputs]
-    cases[3].hint, cases[4].hint = 2, 3  # the tiny vector tests where eps goes; float16, the float32 squares
+    cases[3].hint, cases[4].hint, cases[6].hint = 2, 3, 3  # the tiny vector: where eps goes; half precision
     return cases
 
 

@@ -126,10 +126,24 @@ def shortest_match(text, vocab):
     return tokens
 
 
+def longest_match_short_of_the_end(text, vocab):  # never tries an entry that ends at the last character
+    tokens, i = [], 0
+    while i < len(text):
+        best = text[i]
+        for j in range(len(text) - 1, i, -1):  # should start at len(text)
+            if text[i:j] in vocab:
+                best = text[i:j]
+                break
+        tokens.append(best)
+        i += len(best)
+    return tokens
+
+
 MISTAKES["longest-match"] = [
     shortest_match,
     lambda text, vocab: list(text),  # characters only
     lambda text, vocab: [t for t in sorted(vocab, key=len, reverse=True) if t in text][:1] or list(text),
+    longest_match_short_of_the_end,
 ]
 
 

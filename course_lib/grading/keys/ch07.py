@@ -94,6 +94,7 @@ MISTAKES["rms-norm"] = [
     lambda x, w, eps: rms_norm_with(x, w, eps, work=x.dtype),  # squares in float16: inf
     lambda x, w, eps: rms_norm_with(x.float(), w, eps),  # float32 whatever the dtype of x
     lambda x, w, eps: rms_norm(x.view(-1, x.shape[-1]), w, eps).view(x.shape),  # view: fails on a transposed batch
+    lambda x, w, eps: rms_norm_with(x, w, eps, work=x.dtype if x.dtype == torch.bfloat16 else torch.float32),  # bf16
 ]
 
 
