@@ -69,6 +69,10 @@ def test_a_failure_says_where_expected_and_got_first_differ(fresh_kernel):
     assert "\n  differs:  element 0 of the list: expected 'hell', got 'he'" in message
     message = repr(check("chunk-pair-counts", MISTAKES["chunk-pair-counts"][0]))
     assert "\n  differs:  at key (1, 2): expected 3, got 2" in message
+    message = repr(check("chunk-pair-counts", lambda chunks: {**SOLUTIONS["chunk-pair-counts"](chunks), (9, 9): 1}))
+    assert "\n  differs:  at key (9, 9): expected no such key, got 1" in message
+    message = repr(check("chunk-pair-counts", lambda chunks: {}))
+    assert "\n  differs:  at key (1, 2): expected 3, got no such key" in message
 
 
 def test_a_right_answer_in_another_dtype_is_told_as_a_dtype_mismatch(fresh_kernel):

@@ -298,7 +298,10 @@ def _difference(got: Any, expected: Any) -> str | None:
     if isinstance(expected, dict) and isinstance(got, dict):
         keys = sorted(set(got) | set(expected), key=repr)
         key = next((k for k in keys if not _same(got.get(k, 0), expected.get(k, 0))), None)
-        return None if key is None else f"at key {key!r}: expected {expected.get(key)!r}, got {got.get(key)!r}"
+        if key is None:
+            return None
+        want, have = (repr(d[key]) if key in d else "no such key" for d in (expected, got))
+        return f"at key {key!r}: expected {want}, got {have}"
     if isinstance(expected, (tuple, list)) and isinstance(got, (tuple, list, torch.Tensor)):
         kind = type(expected).__name__
         if isinstance(got, torch.Tensor):
