@@ -89,6 +89,10 @@ def test_the_hint_is_chosen_by_the_case_that_failed(fresh_kernel):
     steps = EXERCISES["rms-norm"].hints
     message = repr(check("rms-norm", eps_outside))
     assert "case 4 of " in message and f"hint 1:   {steps[2]}" in message and steps[0] not in message
+    message = repr(check("logsumexp", MISTAKES["logsumexp"][2]))  # exp, sum, log: overflows
+    assert "case 2 of " in message and "hint 1:   exp(1000) is far above float32's largest" in message
+    message = repr(check("rms-norm", MISTAKES["rms-norm"][7]))  # .view(-1, C)
+    assert "(a non-contiguous" in message and "hint 1:   this batch is not contiguous" in message
     message = repr(check("answer-loss", MISTAKES["answer-loss"][1]))  # log(exp / sum)
     assert "(large logits" in message and "hint 1:   exp(200) overflows" in message
 

@@ -42,7 +42,8 @@ def _llama_parameter_cases() -> list[Case]:
         "normalised over its own features, dim=-1",
         "then x / sqrt(mean(x ** 2) + eps) * (1 + weight), eps inside the square root",
         "300 ** 2 = 90,000 is above float16's largest value, 65,504: inf, and x / inf = 0; square a float16 or "
-        "bfloat16 x in float32 (x.float()) and give the result back in x's dtype (.to(x.dtype))",
+        "bfloat16 x in float32 (x.float()), multiply by (1 + weight) in float32 too, and give the result back in "
+        "x's dtype (.to(x.dtype)) last",
     ],
     bans=("torch.nn.functional.rms_norm", "torch.rms_norm", "course_lib.layers.RMSNorm"),
 )
@@ -67,6 +68,10 @@ def _rms_norm_cases() -> list[Case]:
     ]  # fmt: skip
     cases = [Case(args, note, answer(*args)) for args, note in inputs]
     cases[3].hint, cases[4].hint, cases[6].hint = 2, 3, 3  # the tiny vector: where eps goes; half precision
+    cases[5].hint = (
+        "this batch is not contiguous in memory (a transposed one): .view cannot merge its dimensions without a "
+        "copy; does your function need to flatten anything to work over the last dimension?"
+    )
     return cases
 
 
