@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_lib import classification, evaluation, model, positional, quantization, rl, speculative, tasks
+from course_lib import attention, classification, evaluation, model, positional, quantization, rl, speculative, tasks
 from course_lib.exercises import EXERCISES, _same, call, check
 
 TOOLS = {"cross_entropy": F.cross_entropy}  # a banned function kept in a container
@@ -111,6 +111,15 @@ def top_p_by_a_reexport(logits, p, keep):  # the nucleus or the `keep` most like
     return torch.maximum(speculative.filter_logits(logits, top_p=p), speculative.filter_logits(logits, top_k=keep))
 
 
+def mha_by_torchs_class(d_model, n_heads):  # torch's attention has the same weights and biases
+    return sum(p.numel() for p in torch.nn.MultiheadAttention(d_model, n_heads).parameters())
+
+
+def mha_by_one_head(d_model, n_heads):  # course_lib's head, with biases, counted n_heads times
+    head = attention.AttentionHead(d_model, d_model // n_heads, 1, bias=True)
+    return n_heads * sum(p.numel() for p in head.parameters()) + d_model * d_model + d_model
+
+
 def helper_that_calls_it(x):  # the student's own helper reaches the banned function
     return logsumexp_by_aten(x)
 
@@ -136,6 +145,8 @@ BYPASSES = [
     ("adamw-first-step", adamw_by_its_fused_kernel, "_fused_adamw_"),
     ("wilson-interval", wilson_by_a_reexport, "wilson_interval"),
     ("top-p-min-keep", top_p_by_a_reexport, "filter_logits"),
+    ("mha-parameters", mha_by_torchs_class, "MultiheadAttention"),
+    ("mha-parameters", mha_by_one_head, "AttentionHead"),
 ]
 
 
@@ -159,7 +170,9 @@ def test_a_bypass_computes_the_right_answer_when_nothing_is_banned():
     assert holm_by_default([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert accumulated_by_the_engine(2.0, 3) == pytest.approx(30.0)
     assert math.isclose(logsumexp_by_aten(torch.zeros(2)).item(), math.log(2), rel_tol=1e-6)
-    for name, fn in [("alibi-bias", alibi_by_default), ("llama-parameters", llama_by_default)]:
+    named = [("alibi-bias", alibi_by_default), ("llama-parameters", llama_by_default)]
+    named += [("mha-parameters", mha_by_torchs_class), ("mha-parameters", mha_by_one_head)]
+    for name, fn in named:
         assert all(_same(call(fn, case.args), EXERCISES[name].expected(case)) for case in EXERCISES[name].cases())
     w, g = torch.tensor([1.0, -2.0]), torch.tensor([0.5, -30.0])
     assert torch.allclose(adamw_by_its_fused_kernel(w, g, 0.1, 0.5), adamw_by_another_module(w, g, 0.1, 0.5))

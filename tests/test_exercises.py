@@ -69,6 +69,10 @@ def test_a_failure_says_where_expected_and_got_first_differ(fresh_kernel):
     assert "\n  differs:  element 0 of the list: expected 'hell', got 'he'" in message
     message = repr(check("chunk-pair-counts", MISTAKES["chunk-pair-counts"][0]))
     assert "\n  differs:  at key (1, 2): expected 3, got 2" in message
+    message = repr(check("chunk-pair-counts", lambda chunks: {**SOLUTIONS["chunk-pair-counts"](chunks), (9, 9): 1}))
+    assert "\n  differs:  at key (9, 9): expected no such key, got 1" in message
+    message = repr(check("chunk-pair-counts", lambda chunks: {}))
+    assert "\n  differs:  at key (1, 2): expected 3, got no such key" in message
 
 
 def test_a_right_answer_in_another_dtype_is_told_as_a_dtype_mismatch(fresh_kernel):
@@ -84,7 +88,11 @@ def test_the_hint_is_chosen_by_the_case_that_failed(fresh_kernel):
 
     steps = EXERCISES["rms-norm"].hints
     message = repr(check("rms-norm", eps_outside))
-    assert "case 4 of 5" in message and f"hint 1:   {steps[2]}" in message and steps[0] not in message
+    assert "case 4 of " in message and f"hint 1:   {steps[2]}" in message and steps[0] not in message
+    message = repr(check("logsumexp", MISTAKES["logsumexp"][2]))  # exp, sum, log: overflows
+    assert "case 2 of " in message and "hint 1:   exp(1000) is far above float32's largest" in message
+    message = repr(check("rms-norm", MISTAKES["rms-norm"][7]))  # .view(-1, C)
+    assert "(a non-contiguous" in message and "hint 1:   this batch is not contiguous" in message
     message = repr(check("answer-loss", MISTAKES["answer-loss"][1]))  # log(exp / sum)
     assert "(large logits" in message and "hint 1:   exp(200) overflows" in message
 
@@ -127,6 +135,18 @@ def test_an_input_changed_in_place_fails_the_case_in_check_and_in_the_grader():
     assert "case 1 of" in message and "changed its input `z` in place" in message
     header, payload = _result(in_place, EXERCISES["mean-ablate"].cases()[0].args, [])
     assert "changed its input `z` in place" in header["error"] and payload == b""
+
+
+def test_a_return_the_grader_refuses_fails_the_check_with_the_same_words(fresh_kernel):
+    from course_lib.grading.student_process import _result
+
+    numpy_array = MISTAKES["dead-fraction"][3]  # (...).float().mean().numpy(): a 0-d ndarray
+    message = repr(check("dead-fraction", numpy_array))
+    refused = "returned an object of type ndarray, not a tensor or a plain value"
+    assert "case 1 of" in message and f"got:      {refused}" in message
+    header, payload = _result(numpy_array, EXERCISES["dead-fraction"].cases()[0].args, [])
+    assert f"returned {header['unsent']}".startswith(refused) and payload == b""
+    assert check("dead-fraction", lambda h: torch.tensor(SOLUTIONS["dead-fraction"](h)).item())  # a float: passes
 
 
 def test_each_case_gets_its_own_copy_of_inputs_shared_between_cases():

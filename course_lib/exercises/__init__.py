@@ -12,6 +12,7 @@ from .bans import BanBypassed, BannedFunction, banned, banned_use
 from .core import (
     _FROM_REFERENCE,
     EXERCISES,
+    MAX_RETURNED,
     Case,
     ChangedInput,
     CheckResult,
@@ -22,6 +23,7 @@ from .core import (
     call,
     check,
     exercise,
+    plain,
 )
 
 __all__ = [  # the private names too: the grader's scoring reads answers and shows values as check does
@@ -30,6 +32,7 @@ __all__ = [  # the private names too: the grader's scoring reads answers and sho
     "_same",
     "_show",
     "EXERCISES",
+    "MAX_RETURNED",
     "BanBypassed",
     "BannedFunction",
     "Case",
@@ -43,6 +46,7 @@ __all__ = [  # the private names too: the grader's scoring reads answers and sho
     "check",
     "core",
     "exercise",
+    "plain",
     "ch00",
     "ch01",
     "ch02",

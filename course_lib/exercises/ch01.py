@@ -13,19 +13,21 @@ from .core import Case, exercise
 @exercise(
     "chunk-pair-counts",
     hint=[
-        "count the pairs inside each chunk only, then weigh them by how often the chunk occurs",
-        "a chunk that occurs n times contributes each of its pairs n times; a chunk of one token has no pair, "
-        "and the end of one chunk never pairs with the start of the next",
-        "usual mistakes: each chunk counted once instead of n times, pairs across chunk boundaries, "
-        "pairs that do not overlap ([7, 7, 7] holds (7, 7) twice)",
+        "work inside each chunk only, then weigh by how often the chunk occurs: merge_pair a chunk by hand "
+        "for one of its pairs and count the tokens that disappear",
+        "merging goes left to right and a merged token is not merged again: (7, 7, 7) becomes (new, 7), one "
+        "token fewer, though get_pair_counts finds (7, 7) twice; a chunk that occurs n times saves n times that",
+        "usual mistakes: overlapping occurrences counted, each chunk once instead of n times, pairs across "
+        "chunk boundaries (the end of one chunk never pairs with the start of the next)",
     ],
 )
 def _chunk_pair_cases() -> list[Case]:
     return [
         Case(({(1, 2, 3): 1, (1, 2): 2},), "a chunk counted twice", {(1, 2): 3, (2, 3): 1}),
-        Case(({(7, 7, 7): 5},), "overlapping pairs, five times", {(7, 7): 10}),
+        Case(({(7, 7, 7): 5},), "a run of three merges once, five times", {(7, 7): 5}),
         Case(({(4,): 3, (5, 6): 1},), "a one-token chunk has no pair", {(5, 6): 1}),
         Case(({(1, 2): 1, (3, 4): 1},), "no pair across two chunks: (2, 3) is not one", {(1, 2): 1, (3, 4): 1}),
+        Case(({(7, 7, 7, 7): 1, (1, 7, 7, 1): 2},), "a run of four merges twice", {(7, 7): 4, (1, 7): 2, (7, 1): 2}),
     ]
 
 
@@ -63,6 +65,7 @@ def _longest_match_cases() -> list[Case]:
         Case(("abc", {"ab", "bc"}), "greedy: 'ab' is taken, 'c' is left alone", ["ab", "c"]),
         Case(("xyz", set()), "an empty vocabulary: characters", ["x", "y", "z"]),
         Case(("aaaa", {"aa", "aaa"}), "the longest first, then what is left", ["aaa", "a"]),
+        Case(("the cat", {"the", " ", "ca", "cat"}), "the longest entry ends the text", ["the", " ", "cat"], hint=1),
     ]
 
 

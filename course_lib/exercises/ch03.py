@@ -71,10 +71,12 @@ def _window_loss_cases() -> list[Case]:
     g = _seeded(3)
     padded = torch.tensor([[1, 2, 0, 3], [4, 1, -100, -100]])
     ragged = torch.tensor([[0, 1, 2, 3, 4, 5], [5, 4, 3, -100, -100, -100], [2, -100, -100, -100, -100, -100]])
+    inside = torch.tensor([[-100, 2, 0, -100, 1], [3, -100, -100, 0, 2]])
     inputs = [
         ((torch.randn(2, 4, 5, generator=g), torch.tensor([[1, 2, 0, 3], [4, 1, 1, 0]])), "no padding"),
         ((torch.randn(2, 4, 5, generator=g), padded), "the second window ends in two -100 targets"),
         ((torch.randn(3, 6, 6, generator=g) * 2, ragged), "three windows, 6, 3 and 1 real targets"),
+        ((torch.randn(2, 5, 4, generator=g), inside), "-100 targets at the start and in the middle: 3 real each"),
         (
             (torch.randn(2, 3, 4, generator=g, dtype=torch.float64), torch.tensor([[0, 1, -100], [2, 3, 0]])),
             "float64 logits: float64 losses",

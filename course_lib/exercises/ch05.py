@@ -61,7 +61,12 @@ def _left_padded_cases() -> list[Case]:
         "multiply by the number of heads and simplify",
         "the output projection is C x C plus a bias of C",
     ],
-    bans=("course_lib.attention.MultiHeadAttentionWrapper", "course_lib.attention.MultiHeadAttention"),
+    bans=(
+        "course_lib.attention.MultiHeadAttentionWrapper",
+        "course_lib.attention.MultiHeadAttention",
+        "course_lib.attention.AttentionHead",
+        "torch.nn.MultiheadAttention",
+    ),
 )
 def _mha_parameter_cases() -> list[Case]:
     return [

@@ -42,7 +42,8 @@ def _llama_parameter_cases() -> list[Case]:
         "normalised over its own features, dim=-1",
         "then x / sqrt(mean(x ** 2) + eps) * (1 + weight), eps inside the square root",
         "300 ** 2 = 90,000 is above float16's largest value, 65,504: inf, and x / inf = 0; square a float16 or "
-        "bfloat16 x in float32 (x.float()) and give the result back in x's dtype (.to(x.dtype))",
+        "bfloat16 x in float32 (x.float()), multiply by (1 + weight) in float32 too, and give the result back in "
+        "x's dtype (.to(x.dtype)) last",
     ],
     bans=("torch.nn.functional.rms_norm", "torch.rms_norm", "course_lib.layers.RMSNorm"),
 )
@@ -62,9 +63,15 @@ def _rms_norm_cases() -> list[Case]:
         ((half, torch.tensor([0.0, 0.5, -0.5, 1.0], dtype=torch.float16), 1e-6), "float16: squares above 65,504"),
         ((torch.randn(3, 2, 8, generator=g).transpose(0, 1), torch.randn(8, generator=g), 1e-6),
          "a non-contiguous (2, 3, 8): a transposed batch"),
+        (((torch.randn(3, 16, generator=g) * 3).bfloat16(), torch.randn(16, generator=g).bfloat16(), 1e-6),
+         "bfloat16: squared in float32 too"),
     ]  # fmt: skip
     cases = [Case(args, note, answer(*args)) for args, note in inputs]
-    cases[3].hint, cases[4].hint = 2, 3  # the tiny vector tests where eps goes; float16, the float32 squares
+    cases[3].hint, cases[4].hint, cases[6].hint = 2, 3, 3  # the tiny vector: where eps goes; half precision
+    cases[5].hint = (
+        "this batch is not contiguous in memory (a transposed one): .view cannot merge its dimensions without a "
+        "copy; does your function need to flatten anything to work over the last dimension?"
+    )
     return cases
 
 

@@ -29,6 +29,8 @@ def _lr_from_zero_cases() -> list[Case]:
         Case((5, 1e-3, 1e-4, 10, 110), "half way up", 5e-4),
         Case((60, 1e-3, 1e-4, 10, 110), "half way down the cosine", 5.5e-4),
         Case((200, 1e-3, 1e-4, 10, 110), "after the end: min_lr", 1e-4),
+        Case((0, 1e-3, 1e-4, 0, 10), "no warmup: the peak at step 0", 1e-3),
+        Case((5, 1.0, 0.1, 5, 5), "warmup_steps = total_steps: min_lr from total_steps on", 0.1),
     ]
 
 

@@ -37,8 +37,9 @@ def _pass_at_k_cases() -> list[Case]:
         "which items say anything about which of the two is better? Count only those",
         "the items both get right, or both wrong, do not enter; of the d items where they disagree, A alone is "
         "right on some: under 'no difference' each disagreement is a fair coin, a binomial(d, 1/2)",
-        "two-sided: the chance of a split at least as uneven as the one seen, in either direction (a tail on "
-        "each side), capped at 1; no disagreement at all: 1.0",
+        "two-sided: the splits more uneven than the one seen, in either direction (a tail on each side), "
+        "plus half the splits exactly as uneven (two of them, or one when the split is a tie); no "
+        "disagreement at all: 1.0",
     ],
     bans=(
         "course_lib.evaluation.mcnemar_p",
@@ -49,10 +50,11 @@ def _pass_at_k_cases() -> list[Case]:
 def _mcnemar_cases() -> list[Case]:
     return [
         Case(([1, 1, 1, 1, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0, 1, 1, 0]), "6 : 1 disagreements, 2 items that agree",
-             2 * 8 / 128),
-        Case(([1, 0, 1, 0, 1, 0, 1], [0, 1, 0, 1, 0, 1, 1]), "3 : 3, even", 1.0),
+             (2 * 1 + 2 * 7 / 2) / 128),
+        Case(([1, 0, 1, 0, 1, 0, 1], [0, 1, 0, 1, 0, 1, 1]), "3 : 3, a tie: one split exactly as uneven",
+             1 - 20 / 64 / 2),
         Case(([1] * 7 + [0] * 2 + [1] * 10, [0] * 7 + [1] * 2 + [1] * 10), "7 : 2, 10 items both right",
-             2 * 46 / 512),
+             (2 * (1 + 9) + 2 * 36 / 2) / 512),
         Case(([0, 1, 1, 0], [0, 1, 1, 0]), "the same answers: no disagreement", 1.0),
     ]  # fmt: skip
 

@@ -41,6 +41,7 @@ def _zero_point_cases() -> list[Case]:
         ((torch.tensor([[0.2, 1.0, 0.6], [-0.4, -0.2, -1.0]]),), "a row of positive weights, a row of negatives"),
         ((torch.randn(4, 8, generator=g) * 0.02 + 0.01,), "weights of a trained model's size, off centre"),
         ((torch.tensor([[0.0, 0.0], [3.0, -1.0]]),), "a row of zeros: scale 1, all at the zero point"),
+        ((torch.tensor([[0.5, -0.25, 1.0]], dtype=torch.float64),), "float64 weights: still float32 scales"),
     ]
     return [Case(args, note, _zero_point_int8(*args)) for args, note in inputs]
 
@@ -62,6 +63,7 @@ def _unpack_cases() -> list[Case]:
         Case((torch.tensor([[0x21, 0xF0]], dtype=torch.uint8),), "one row: 0x21 holds 1 (low) and 2 (high)"),
         Case((torch.tensor([[0x43, 0x00], [0xFF, 0x5A]], dtype=torch.uint8),), "two rows"),
         Case((torch.randint(0, 256, (3, 8), generator=g).to(torch.uint8),), "(3, 8) bytes: 16 values a row"),
+        Case((torch.randint(0, 256, (4, 3), generator=g).to(torch.uint8).T,), "a transposed (3, 4): not contiguous"),
     ]
 
 

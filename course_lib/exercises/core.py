@@ -9,7 +9,9 @@ result whose one fault is its dtype is told so instead. A starter
 function that still raises ``NotImplementedError`` gets one neutral line, so a notebook is stored
 showing no case, no answer and no hint. Each call gets a fresh copy of its case's inputs
 (:func:`call`), and a function that changes one of them in place fails that case: the statements ask
-for a new value, and the caller's tensors must stay as they were.
+for a new value, and the caller's tensors must stay as they were. What it returns is read as the
+grader reads it (:func:`plain`: tensors and plain Python values), so a return the grader refuses, a
+NumPy array say, fails here too, with the same words.
 
 An exercise may ban functions (``bans``, :mod:`course_lib.exercises.bans`). Before the first
 case, the student's function is read (:func:`banned_use`): its code and the code nested in it, its
@@ -35,6 +37,7 @@ import contextlib
 import copy
 import inspect
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -162,6 +165,45 @@ def call(fn: Callable, args: tuple) -> Any:
     return got
 
 
+# == what a function may return: one rule for the check and the grader =======================
+
+MAX_RETURNED = 1 << 24  # elements of a returned tensor the grader sends back; more is refused
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """``value`` as tensors and plain values only (a Python number, string, None, or a list, tuple or dict
+    of them), or TypeError/ValueError naming what it is instead. The check compares what this gives,
+    and the grader's student process sends it back, so the two accept and refuse the same returns."""
+    if depth > 20:
+        raise ValueError("nested more than 20 levels deep")
+    if type(value) in (torch.Tensor, torch.nn.Parameter):
+        if value.numel() > MAX_RETURNED:
+            raise ValueError(f"a tensor of shape {tuple(value.shape)}, too large to send back")
+        return value.detach().to("cpu").clone()
+    if isinstance(value, torch.Tensor):
+        raise TypeError(f"an object of type {type(value).__name__}, a subclass of torch.Tensor, not a plain tensor")
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, dict):
+        return {plain(k, depth + 1): plain(v, depth + 1) for k, v in list(value.items())[:100_000]}
+    if isinstance(value, tuple):
+        return tuple(plain(v, depth + 1) for v in value[:100_000])
+    if isinstance(value, list):
+        return [plain(v, depth + 1) for v in value[:100_000]]
+    raise TypeError(
+        f"an object of type {type(value).__name__}, not a tensor or a plain value "
+        "(return a torch tensor, or a Python number, string, list, tuple or dict: `.item()` gives a number)"
+    )
+
+
 # == the check ==============================================================================
 
 
@@ -256,7 +298,10 @@ def _difference(got: Any, expected: Any) -> str | None:
     if isinstance(expected, dict) and isinstance(got, dict):
         keys = sorted(set(got) | set(expected), key=repr)
         key = next((k for k in keys if not _same(got.get(k, 0), expected.get(k, 0))), None)
-        return None if key is None else f"at key {key!r}: expected {expected.get(key)!r}, got {got.get(key)!r}"
+        if key is None:
+            return None
+        want, have = (repr(d[key]) if key in d else "no such key" for d in (expected, got))
+        return f"at key {key!r}: expected {want}, got {have}"
     if isinstance(expected, (tuple, list)) and isinstance(got, (tuple, list, torch.Tensor)):
         kind = type(expected).__name__
         if isinstance(got, torch.Tensor):
@@ -308,7 +353,7 @@ def check(name: str, fn: Callable) -> CheckResult:
         else:
             try:
                 with banned(ex.bans, fn):
-                    got = call(fn, case.args)
+                    returned = call(fn, case.args)
             except ChangedInput as err:
                 got_text, ok = str(err), False
             except NotImplementedError:
@@ -318,7 +363,12 @@ def check(name: str, fn: Callable) -> CheckResult:
             except Exception as err:  # the student's code failing is a result to explain
                 got_text, ok = f"raised {type(err).__name__}: {err}", False
             else:
-                got_text, ok = _show(got), _same(got, expected)
+                try:
+                    got = plain(returned)  # what the grader receives: a return it refuses is refused here
+                except (TypeError, ValueError) as err:
+                    got_text, ok = f"returned {err}", False
+                else:
+                    got_text, ok = _show(got), _same(got, expected)
         if not ok:
             FAILURES[name] = FAILURES.get(name, 0) + 1
             if _dtype_only(got, expected):  # the one step that helps, whatever the case tests
@@ -330,8 +380,8 @@ def check(name: str, fn: Callable) -> CheckResult:
             if ex.prediction:  # the expected value is the number the student is asked to predict
                 expected_text, where = "not shown: it is what this exercise asks you to predict", None
             else:
-                returned = got is not _FROM_REFERENCE
-                expected_text, where = _show(expected), _difference(got, expected) if returned else None
+                answered = got is not _FROM_REFERENCE
+                expected_text, where = _show(expected), _difference(got, expected) if answered else None
             message = (
                 f"❌ {name}: case {k} of {len(cases)} failed"
                 + (f" ({case.note})" if case.note else "")

@@ -20,11 +20,10 @@ from typing import Any
 
 import torch
 
-from ..exercises import EXERCISES
+from ..exercises import EXERCISES, MAX_RETURNED
 from .gradebook import Gradebook, NotebookReport
 from .sandbox import ProtocolError, Sandbox, isolation
 from .scoring import Answers, CaseSet, Grade, Interruption, load_cases, read_result, score, unfinished
-from .student_process import MAX_RETURNED
 from .submissions import COURSE_NOTEBOOKS, CourseNotebook, Plan, course_notebooks, identify, plan, read_notebook
 
 GRACE_S = 10.0  # the longest a process may ignore its own interrupt before it is killed (half the timeout if less)

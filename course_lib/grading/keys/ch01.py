@@ -20,11 +20,25 @@ from .core import MISTAKES, hidden, solution
 
 @solution("chunk-pair-counts")
 def chunk_pair_counts(chunks: dict[tuple[int, ...], int]) -> dict[tuple[int, int], int]:
-    counts: dict[tuple[int, int], int] = {}
+    saved: dict[tuple[int, int], int] = {}
     for chunk, n in chunks.items():
-        for pair in zip(chunk, chunk[1:]):  # pairs inside the chunk only, overlapping
-            counts[pair] = counts.get(pair, 0) + n
-    return counts
+        for pair in dict.fromkeys(zip(chunk, chunk[1:])):  # each pair of the chunk once
+            merges, i = 0, 0
+            while i + 1 < len(chunk):  # left to right, as merge_pair does: (7, 7, 7) merges once
+                if (chunk[i], chunk[i + 1]) == pair:
+                    merges, i = merges + 1, i + 2
+                else:
+                    i += 1
+            saved[pair] = saved.get(pair, 0) + n * merges  # one token fewer per merge, n copies
+    return saved
+
+
+def overlapping_pair_counts(chunks):  # train_bpe's count: (7, 7, 7) holds (7, 7) twice, but merges once
+    counts = Counter()
+    for chunk, n in chunks.items():
+        for pair in zip(chunk, chunk[1:]):
+            counts[pair] += n
+    return dict(counts)
 
 
 @hidden("chunk-pair-counts")
@@ -37,7 +51,7 @@ def _chunk_pairs(seed: int) -> list[Case]:
     return [
         Case(({},), "no chunks: no pairs"),
         Case(({(3,): 9},), "only a one-token chunk"),
-        Case(({(1, 1, 1, 1, 1): 2},), "a run of five, twice: (1, 1) eight times"),
+        Case(({(1, 1, 1, 1, 1): 2},), "a run of five, twice: (1, 1) merged twice in each"),
         Case(({(1, 2): 4, (2, 1): 3, (1, 2, 1): 1},), "the same pair from several chunks"),
         Case(({tuple("héllo".encode()): 3, tuple(" wörld".encode()): 2},), "UTF-8 bytes of two words"),
         Case((words,), "up to 40 random chunks with random counts"),
@@ -47,7 +61,8 @@ def _chunk_pairs(seed: int) -> list[Case]:
 MISTAKES["chunk-pair-counts"] = [
     lambda chunks: chunk_pair_counts(dict.fromkeys(chunks, 1)),  # each chunk once
     lambda chunks: chunk_pair_counts({sum(chunks, ()): 1}),  # one stream: pairs across chunks
-    lambda chunks: {p: n for c, n in chunks.items() for p in zip(c[::2], c[1::2])},  # no overlaps, no sum
+    lambda chunks: {p: n for c, n in chunks.items() for p in zip(c[::2], c[1::2])},  # even positions, no sum
+    overlapping_pair_counts,
 ]
 
 
@@ -126,10 +141,24 @@ def shortest_match(text, vocab):
     return tokens
 
 
+def longest_match_short_of_the_end(text, vocab):  # never tries an entry that ends at the last character
+    tokens, i = [], 0
+    while i < len(text):
+        best = text[i]
+        for j in range(len(text) - 1, i, -1):  # should start at len(text)
+            if text[i:j] in vocab:
+                best = text[i:j]
+                break
+        tokens.append(best)
+        i += len(best)
+    return tokens
+
+
 MISTAKES["longest-match"] = [
     shortest_match,
     lambda text, vocab: list(text),  # characters only
     lambda text, vocab: [t for t in sorted(vocab, key=len, reverse=True) if t in text][:1] or list(text),
+    longest_match_short_of_the_end,
 ]
 
 

@@ -98,11 +98,20 @@ def window_losses_one_count(logits, targets):  # every window divided by the who
     return losses.sum(dim=1) / (targets != -100).sum()
 
 
+def window_losses_up_to_the_first_pad(logits, targets):  # as if every -100 sat at the end of its window
+    losses = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    real = targets != -100
+    first_pad = (~real).int().argmax(dim=1)
+    n = torch.where(real.all(dim=1), torch.full_like(first_pad, targets.shape[1]), first_pad)
+    return losses.sum(dim=1) / n
+
+
 MISTAKES["window-losses"] = [
     window_losses_as_shown,
     window_losses_one_count,
     lambda z, y: F.cross_entropy(z.flatten(0, 1), y.flatten()),  # one number for the batch
     lambda z, y: window_losses(z, y).float(),  # float32 whatever the logits' dtype
+    window_losses_up_to_the_first_pad,
 ]
 
 

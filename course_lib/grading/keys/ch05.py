@@ -103,6 +103,7 @@ MISTAKES["mha-parameters"] = [
     lambda C, H: 4 * C * C,  # no biases
     lambda C, H: H * 3 * (C * C + C) + C * C + C,  # each head as wide as the model
     lambda C, H: 3 * (C * C + C),  # forgets the output projection
+    lambda C, H: sum(p.numel() for p in torch.nn.MultiheadAttention(C, H).parameters()),  # banned: torch's class
 ]
 
 

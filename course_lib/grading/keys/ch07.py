@@ -78,6 +78,11 @@ def rms_over_dim_1(x, weight, eps):  # the function the exercise shows
     return x / torch.sqrt(x.pow(2).mean(dim=1, keepdim=True) + eps) * (1 + weight)
 
 
+def rms_norm_llama_order(x, weight, eps):  # normalised in float32, cast back, then the weight in float16
+    work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    return (work / torch.sqrt(work.pow(2).mean(dim=-1, keepdim=True) + eps)).to(x.dtype) * (1 + weight)
+
+
 def rms_norm_with(x, weight, eps, reduce=torch.mean, centred=False, scale=lambda w: 1 + w, work=torch.float32):
     y = x.to(work) if x.dtype in (torch.float16, torch.bfloat16) else x
     if centred:  # a LayerNorm
@@ -94,6 +99,8 @@ MISTAKES["rms-norm"] = [
     lambda x, w, eps: rms_norm_with(x, w, eps, work=x.dtype),  # squares in float16: inf
     lambda x, w, eps: rms_norm_with(x.float(), w, eps),  # float32 whatever the dtype of x
     lambda x, w, eps: rms_norm(x.view(-1, x.shape[-1]), w, eps).view(x.shape),  # view: fails on a transposed batch
+    lambda x, w, eps: rms_norm_with(x, w, eps, work=x.dtype if x.dtype == torch.bfloat16 else torch.float32),  # bf16
+    rms_norm_llama_order,
 ]
 
 
@@ -149,4 +156,5 @@ MISTAKES["dead-fraction"] = [
     lambda h: (h <= 0).float().mean().item(),  # the share of entries, not of units
     lambda h: (h.reshape(-1, h.shape[-1]) < 0).all(0).float().mean().item(),  # 0 counted as alive
     lambda h: (h.reshape(-1, h.shape[-1]) <= 0).all(1).float().mean().item(),  # positions, not units
+    lambda h: (h.reshape(-1, h.shape[-1]) <= 0).all(0).float().mean().numpy(),  # a NumPy array, not a float
 ]

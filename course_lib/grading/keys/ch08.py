@@ -22,8 +22,8 @@ from .core import MISTAKES, hidden, solution
 def lr_from_zero(step: int, max_lr: float, min_lr: float, warmup_steps: int, total_steps: int) -> float:
     if step < warmup_steps:
         return max_lr * step / warmup_steps  # 0 at step 0
-    if step > total_steps:
-        return min_lr
+    if step >= total_steps:
+        return min_lr  # the cosine's end, also when warmup_steps == total_steps leaves it no steps
     progress = (step - warmup_steps) / (total_steps - warmup_steps)
     return min_lr + (max_lr - min_lr) * (1 + math.cos(math.pi * progress)) / 2
 
@@ -38,6 +38,7 @@ def _lr_from_zero(seed: int) -> list[Case]:
         Case((0, 6e-4, 6e-5, 0, 100), "no warmup: the peak at step 0"),
         Case((333, 3e-4, 3e-5, 100, 1000), "a longer run"),
         Case((1, 1.0, 0.5, 4, 8), "round numbers"),
+        Case((20, 3e-4, 3e-5, 20, 20), "warmup_steps = total_steps: min_lr at total_steps"),
     ]
 
 
@@ -47,10 +48,20 @@ def cosine_from_step_zero(s, hi, lo, w, t):
     return lo + (hi - lo) * (1 + math.cos(math.pi * min(s, t) / t)) / 2
 
 
+def lr_past_the_end(s, hi, lo, w, t):  # min_lr only after total_steps: 0 / 0 when warmup_steps == total_steps
+    if s < w:
+        return hi * s / w
+    if s > t:
+        return lo
+    return lo + (hi - lo) * (1 + math.cos(math.pi * (s - w) / (t - w))) / 2
+
+
 MISTAKES["lr-from-zero"] = [
     lambda s, hi, lo, w, t: hi * (s + 1) / w if s < w else lr_from_zero(s, hi, lo, w, t),  # the chapter's warmup
     lambda s, hi, lo, w, t: lr_from_zero(s, hi, 0.0, w, t),  # decays to 0
     cosine_from_step_zero,
+    lambda s, hi, lo, w, t: hi * s / w if s <= w else lr_from_zero(s, hi, lo, w, t),  # 0 / 0 with no warmup
+    lr_past_the_end,
 ]
 
 

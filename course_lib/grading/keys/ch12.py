@@ -46,12 +46,17 @@ MISTAKES["pass-at-k"] = [
 
 
 @solution("mcnemar-exact")
-def mcnemar_exact(a: list[int], b: list[int]) -> float:
+def mcnemar_mid_p(a: list[int], b: list[int]) -> float:
     a_only = sum(x == 1 and y == 0 for x, y in zip(a, b))
     b_only = sum(x == 0 and y == 1 for x, y in zip(a, b))
-    d = a_only + b_only  # only the disagreements say which is better
-    tail = sum(math.comb(d, k) for k in range(min(a_only, b_only) + 1)) / 2**d
-    return min(1.0, 2 * tail)
+    d = a_only + b_only  # only the disagreements say which is better: each a fair coin if neither is
+    if d == 0:
+        return 1.0
+    uneven = abs(a_only - d / 2)  # how far the split seen is from d/2 : d/2
+    chance = [math.comb(d, k) / 2**d for k in range(d + 1)]  # of A alone right on k of the d
+    more = sum(p for k, p in enumerate(chance) if abs(k - d / 2) > uneven)  # both tails
+    same = sum(p for k, p in enumerate(chance) if abs(k - d / 2) == uneven)  # one split or two
+    return more + same / 2
 
 
 @hidden("mcnemar-exact")
@@ -66,6 +71,7 @@ def _mcnemar(seed: int) -> list[Case]:
         Case(([1] * 60 + [0] * 40, [0] * 60 + [1] * 40), "60 : 40, every item disagrees"),
         Case((a, b), "300 items, one in five flipped"),
         Case(((1, 1, 0), (1, 1, 0)), "tuples, no disagreement"),
+        Case(([1] * 5 + [0] * 5 + [1], [0] * 5 + [1] * 5 + [1]), "5 : 5, a tie"),
     ]
 
 
@@ -73,21 +79,27 @@ def mcnemar_counts(a, b):
     return sum(x > y for x, y in zip(a, b)), sum(x < y for x, y in zip(a, b))
 
 
-def mcnemar_one_sided(a, b):
+def mcnemar_exact_p(a, b):  # the exact test the chapter's tables print: a split as uneven counts whole
     a_only, b_only = mcnemar_counts(a, b)
     d = a_only + b_only
-    return min(1.0, sum(math.comb(d, k) for k in range(min(a_only, b_only) + 1)) / 2**d)
+    return min(1.0, 2 * sum(math.comb(d, k) for k in range(min(a_only, b_only) + 1)) / 2**d)
+
+
+def mcnemar_one_sided(a, b):
+    a_only, b_only = mcnemar_counts(a, b)
+    d, low = a_only + b_only, min(a_only, b_only)
+    return min(1.0, (sum(math.comb(d, k) for k in range(low)) + math.comb(d, low) / 2) / 2**d)
+
+
+def mcnemar_tie_as_two(a, b):  # 2 P(X <= low) - P(X = low): a tie's one split counted from both sides
+    a_only, b_only = mcnemar_counts(a, b)
+    d, low = a_only + b_only, min(a_only, b_only)
+    return (2 * sum(math.comb(d, k) for k in range(low + 1)) - math.comb(d, low)) / 2**d
 
 
 def mcnemar_over_every_item(a, b):  # the agreements counted as coins too
-    n, low = len(a), min(mcnemar_counts(a, b))
-    return min(1.0, 2 * sum(math.comb(n, k) for k in range(low + 1)) / 2**n)
-
-
-def mcnemar_not_capped(a, b):
-    a_only, b_only = mcnemar_counts(a, b)
-    d = a_only + b_only
-    return 2 * sum(math.comb(d, k) for k in range(min(a_only, b_only) + 1)) / 2**d
+    n, a_only = len(a), mcnemar_counts(a, b)[0]
+    return mcnemar_mid_p([1] * a_only + [0] * (n - a_only), [0] * a_only + [1] * (n - a_only))
 
 
 def mcnemar_normal(a, b):  # the normal approximation: not exact with few disagreements
@@ -95,7 +107,14 @@ def mcnemar_normal(a, b):  # the normal approximation: not exact with few disagr
     return math.erfc(abs(a_only - b_only) / math.sqrt(a_only + b_only) / math.sqrt(2))
 
 
-MISTAKES["mcnemar-exact"] = [mcnemar_one_sided, mcnemar_over_every_item, mcnemar_not_capped, mcnemar_normal]
+MISTAKES["mcnemar-exact"] = [
+    mcnemar_exact_p,
+    mcnemar_one_sided,
+    mcnemar_tie_as_two,
+    mcnemar_over_every_item,
+    mcnemar_normal,
+    lambda a, b: mcnemar_mid_p(a, b) if any(x != y for x, y in zip(a, b)) else 0.5,  # no disagreement: 0.5
+]
 
 
 # -- holm-adjusted ---------------------------------------------------------------------------------

@@ -41,8 +41,8 @@ def _zero_point(seed: int) -> list[Case]:
     ]
 
 
-def zero_point_variant(weight, levels=255, with_zero=True, absmax=False):
-    w = weight.float()
+def zero_point_variant(weight, levels=255, with_zero=True, absmax=False, work=torch.float32):
+    w = weight.to(work)
     low, high = w.amin(dim=1), w.amax(dim=1)
     if with_zero:
         low, high = low.clamp(max=0), high.clamp(min=0)
@@ -60,6 +60,7 @@ MISTAKES["int8-zero-point"] = [
     lambda w: zero_point_variant(w, with_zero=False),  # the row's range without 0
     lambda w: zero_point_variant(w, levels=256),  # 256 steps: the top weight falls off the grid
     lambda w: zero_point_variant(w, absmax=True),  # symmetric absmax, shifted by 128
+    lambda w: zero_point_variant(w, work=w.dtype),  # no .float(): float64 weights give float64 scales
 ]
 
 
@@ -88,6 +89,7 @@ MISTAKES["int4-unpack"] = [
     lambda packed: torch.stack([packed >> 4, packed & 15], dim=-1).reshape(packed.shape[0], -1),  # high first
     lambda packed: torch.cat([packed & 15, packed >> 4], dim=-1),  # the evens, then the odds
     lambda packed: torch.stack([packed, packed >> 4], dim=-1).reshape(packed.shape[0], -1),  # not masked
+    lambda packed: torch.stack([packed.view(-1) & 15, packed.view(-1) >> 4], -1).view(len(packed), -1),  # view
 ]
 
 
