@@ -14,11 +14,11 @@ alternating rounds (``reference.alternate``), medians. For each model:
 - **the limits**, measured in the same alternating rounds as the decoding they bound: the
   *bandwidth limit* is the bytes one decoding step must read (every weight matrix once, plus
   the cached keys and values of every row; the embedding lookup reads only a row per token)
-  divided by the read bandwidth of this device for that many bytes (one ``torch.mv`` over a
-  matrix of the weights' size: from DRAM for SmolLM2, from the CPU's caches for a model that
-  fits in them). The *matrix-vector floor* is the time of the model's matrix products alone
-  at the same batch size, one ``F.linear`` per weight matrix in a loop: what decoding would
-  cost with no attention, no norms and no Python around them.
+  divided by the read bandwidth of this device for that many bytes (``quantization.read_probe``,
+  the course's one probe, as notebook 14 and benchmarks/inference.py measure it: from DRAM for
+  SmolLM2, from the CPU's caches for a model that fits in them). The *matrix-vector floor* is
+  the time of the model's matrix products alone at the same batch size, one ``F.linear`` per
+  weight matrix in a loop: what decoding would cost with no attention, no norms and no Python around them.
 
 Models: ``default`` is a GPT-2 style model of 6 layers, width 384, vocabulary 103 (the offline
 corpus's characters), random weights; ``course`` the shipped course model; ``smollm2``

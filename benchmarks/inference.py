@@ -48,6 +48,7 @@ from course_lib.pretrained import apply_chat_template, load_smollm2
 from course_lib.quantization import (
     QUANTIZED,
     cache_bytes,
+    copy_probe,
     profile_step,
     quantize_model,
     read_probe,
@@ -111,11 +112,17 @@ def speed_and_quality(smol, tokenizer, args) -> dict:
     runs = {label: (lambda m=m: generate(m, prompt, new, greedy=True)) for label, m in models.items()}
     floor = {f"matrices: {label}": matrix_run(m, new) for label, m in models.items()}
     probe, probe_bytes = read_probe(weight_bytes(smol))
-    median = alternate({**runs, **floor, "read probe": probe}, args.rounds)
+    copy, copy_bytes = copy_probe(weight_bytes(smol))
+    median = alternate({**runs, **floor, "read probe": probe, "copy": copy}, args.rounds)
     bandwidth = probe_bytes / median.pop("read probe")
+    copied = copy_bytes / median.pop("copy")
     positions = prompt.shape[1] + new / 2
     print(f"\n== SmolLM2-135M-Instruct at batch 1, {new} new tokens, median of {args.rounds} alternating rounds")
-    print(f"  read bandwidth (a float32 matrix of the float32 weights' size): {bandwidth / 1e9:.1f} GB/s")
+    print(
+        f"  read bandwidth (read_probe, the float32 weights' {probe_bytes / 1e6:.0f} MB): {bandwidth / 1e9:.1f} GB/s; "
+        f"STREAM copy of that buffer {copied / 1e9:.1f} GB/s (probe / copy {bandwidth / copied:.2f}, "
+        f"{'at least' if bandwidth >= copied else 'BELOW'} the copy)"
+    )
     print(
         f"  {'format':<24} {'MB/step':>8} {'ms/token':>9} {'tokens/s':>9} {'vs fp32':>8} "
         f"{'matrices ms':>12} {'of step':>8} {'floor ms':>9} {'of floor':>9}"

@@ -27,7 +27,8 @@ faster is to read fewer bytes: store each weight in 8 or 4 bits instead of 32.
   default product of a few rows by a weight (BLAS) packs the weight again at every call; packed once,
   a decoding step reads the weights faster and a pass over 8 tokens costs little more than over 1.
 - :func:`weight_bytes` and :func:`cache_bytes` count the bytes a decoding step reads and
-  :func:`read_probe` measures how fast this machine reads them: their ratio is the floor.
+  :func:`read_probe` measures how fast this machine reads them: their ratio is the floor
+  (:func:`copy_probe`, STREAM's copy, is what the probe is checked against).
   :func:`profile_step` says where a step's time goes instead (``torch.profiler``).
 """
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 import copy
 import os
 import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -458,20 +460,42 @@ def cache_bytes(model: nn.Module, positions: float) -> float:
     return 2 * c.n_layers * c.kv_heads * c.head_dim * positions * element
 
 
-def read_probe(nbytes: int, device: torch.device | str = "cpu"):
-    """``(run, bytes)``: a run that reads about ``nbytes`` once, to time beside decoding, so that
-    ``bytes / seconds`` is the read bandwidth at that working set (from memory for a model larger
-    than the CPU's caches, from the caches for a small one). On a CPU it is the faster, timed here,
-    of a sum over a float32 matrix of that size and a matrix-vector product with it: which of the
-    two streams faster differs between CPUs (on one AVX-512 server the sum read 35 GB/s on one
-    thread and the product 20), and a floor that a kernel can beat is no floor. Elsewhere, the
-    product (timing a GPU needs a synchronisation this choice does not make)."""
-    matrix = torch.ones(max(nbytes, 2**22) // 4096, 1024, device=device)  # (rows, 1024) float32
-    vector = torch.ones(1024, device=device)
-    product = lambda: torch.mv(matrix, vector)  # noqa: E731
-    if matrix.device.type != "cpu":
-        return product, matrix.numel() * 4
-    return min((matrix.sum, product), key=lambda run: seconds_per_call(run, timings=3)), matrix.numel() * 4
+PROBE_MIN_BYTES = 2**22
+"""The smallest working set :func:`read_probe` reads (4 MiB): below that, one call is too short to time."""
+
+
+def _probe_buffer(nbytes: int, device: torch.device | str) -> torch.Tensor:
+    return torch.ones(max(int(nbytes), PROBE_MIN_BYTES) // 4096, 1024, device=device)  # (rows, 1024) float32
+
+
+def read_probe(nbytes: int, device: torch.device | str = "cpu") -> tuple[Callable[[], torch.Tensor], int]:
+    """``(run, bytes)``: the course's one read-bandwidth probe (notebook 14 and both decoding
+    benchmarks use it), so that ``bytes / seconds per run`` is the read bandwidth its floors divide by.
+
+    - *What it reads*: a float32 buffer of ``nbytes`` (whole rows of 4 KiB, at least
+      :data:`PROBE_MIN_BYTES`), every byte once per run, by one ``torch.sum`` (a reduction streams its
+      input and writes one number). Always the same kernel, on every device: the probe never picks
+      among kernels by timing them, so two programs on one machine measure the same thing.
+    - *How often*: once per run; time its runs as the decoding they bound is timed (the benchmarks:
+      in the same alternating rounds, ``reference.alternate``; the notebook: ``seconds_per_call``,
+      on the same threads).
+    - *Which working set*: pass the bytes one decoding step reads (:func:`weight_bytes`), so that the
+      probe reads from where the step reads: from memory for SmolLM2's 538 MB, from the caches for a
+      model that fits in them.
+
+    Checked against :func:`copy_probe` (STREAM's copy) in benchmarks/inference.py: a read-only probe
+    that reads more slowly than a copy moves bytes would give a floor that a kernel can beat."""
+    matrix = _probe_buffer(nbytes, device)
+    return matrix.sum, matrix.numel() * 4
+
+
+def copy_probe(nbytes: int, device: torch.device | str = "cpu") -> tuple[Callable[[], torch.Tensor], int]:
+    """``(run, bytes)``: STREAM's *copy* kernel (``a[i] = b[i]``) over two float32 buffers of
+    :func:`read_probe`'s size, with the bytes counted as STREAM counts them: each run reads one
+    buffer and writes the other, ``2 * size``. The reference the read probe is checked against."""
+    source = _probe_buffer(nbytes, device)
+    target = torch.empty_like(source)
+    return lambda: target.copy_(source), 2 * source.numel() * 4
 
 
 MATRIX_OPS = (  # the operators that multiply by a linear layer's weight, in each format and kernel

@@ -24,6 +24,7 @@ from course_lib.quantization import (
     NotOnThisCPU,
     PackedLinear,
     cache_bytes,
+    copy_probe,
     dequantize_int4,
     dequantize_int8,
     pack_int4,
@@ -419,14 +420,63 @@ def test_profile_step_finds_every_formats_matrix_products(tiny_gpt, mode, kernel
     assert all(ms >= 0 for ms in parts.values()) and parts["matrix products"] > 0
 
 
-def test_cache_bytes_and_the_read_probe(tiny_gpt):
+def test_cache_bytes(tiny_gpt):
     model = tiny_gpt(0, n_kv_heads=1)  # 2 layers, 1 key/value head of 16 dimensions
     assert cache_bytes(model, 10) == 2 * 2 * 1 * 16 * 10 * 4
-    run, nbytes = read_probe(2**20)
-    assert nbytes >= 2**20 and run().sum().item() > 0  # a sum or a product: it read every element
-    with torch.device("meta"):  # off the CPU: the product, chosen without timing
-        run, nbytes = read_probe(2**22, "meta")
-        assert run().shape == (nbytes // 4 // 1024,)
+
+
+def reads_and_writes(run):
+    """Every operator ``run`` calls, with the bytes of the tensors it reads and of those it writes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            read = written = 0
+            for argument, value in zip(func._schema.arguments, args):
+                if isinstance(value, torch.Tensor):
+                    size = value.numel() * value.element_size()
+                    if argument.alias_info is not None and argument.alias_info.is_write:
+                        written += size
+                    else:
+                        read += size
+            self.calls.append((func.__name__, read, written))
+            return func(*args, **(kwargs or {}))
+
+    with Record() as record:
+        run()
+    return record.calls
+
+
+@pytest.mark.parametrize("faster", ["sum", "mv"])
+def test_the_read_probe_reads_its_working_set_once_whatever_the_timings(monkeypatch, faster):
+    """One probe, defined once: a call reads every byte of a float32 buffer of the working set asked
+    for (at least 4 MiB), once, with the same kernel on every machine. It never picks a kernel by
+    timing (two benchmarks on one machine once read 25.4 and 6.8 GB/s for one working set): the
+    timings are patched here to favour either kernel, and the probe does not change."""
+    from course_lib import quantization
+
+    monkeypatch.setattr(
+        quantization, "seconds_per_call", lambda run, **_: 1.0 if (faster == "sum") != (run.__name__ == "sum") else 0.1
+    )
+    for nbytes in (2**20, 3 * 2**22):
+        run, counted = read_probe(nbytes)
+        assert counted == max(nbytes, 2**22)
+        assert reads_and_writes(run) == [("sum.default", counted, 0)]  # one pass over the buffer, no writes
+    with torch.device("meta"):  # off the CPU: the same probe, nothing timed
+        run, counted = read_probe(2**23, "meta")
+        assert reads_and_writes(run) == [("sum.default", counted, 0)]
+
+
+def test_the_copy_probe_is_streams_copy():
+    """STREAM's copy, counted as STREAM counts it: a buffer read and another of the same size written."""
+    run, counted = copy_probe(2**22)
+    assert counted == 2 * 2**22
+    [(name, read, written)] = reads_and_writes(run)
+    assert name == "copy_.default" and read == written == 2**22
 
 
 # == bad input =============================================================================
