@@ -19,7 +19,8 @@ Beside that teaching path:
   and stopping at its own end-of-text, every row getting the tokens it gets alone (tested);
 - :func:`decode_step` is one step of it with fixed shapes, and :func:`compiled_step` the same
   step through ``torch.compile`` (a GPU then replays it as a CUDA graph with
-  ``mode="reduce-overhead"``);
+  ``mode="reduce-overhead"``; :func:`compile_unavailable` says where inductor cannot run);
+  :func:`static_pass` is one such step to time or profile;
 - :class:`Session` is one growing sequence and its cache: feed a prompt, a tool's result or a
   user's turn, sample one token at a time, take tokens back (the calculator and the chat).
 """
@@ -229,8 +230,56 @@ def compiled_step(backend: str = "inductor", mode: str | None = None) -> Callabl
     """:func:`decode_step` through ``torch.compile`` (made once per backend and mode, then
     reused). ``backend="inductor"`` generates fused kernels (C++ on a CPU, Triton on a GPU);
     ``mode="reduce-overhead"`` on a GPU also captures the step in a CUDA graph, so that one
-    launch replaces hundreds; ``"aot_eager"`` traces without generating code (a quick check)."""
+    launch replaces hundreds; ``"aot_eager"`` traces without generating code (a quick check).
+    The whole step is one graph (``fullgraph=True``): the model's layers, quantized ones included
+    (chapter 14's int8 and int4 kernels are called from inside it), and the static cache's writes.
+    Ask :func:`compile_unavailable` first where inductor may lack its compiler."""
     return torch.compile(decode_step, backend=backend, mode=mode, fullgraph=True)
+
+
+def compile_unavailable(backend: str = "inductor", device: torch.device | str = "cpu") -> str | None:
+    """Why ``torch.compile(backend=...)`` cannot generate code for ``device`` here, in words; None
+    when it can. inductor writes C++ for a CPU, so it needs a C++ compiler (g++ or clang++; MSVC's
+    ``cl`` on Windows, which a student's Windows often lacks), and Triton for a GPU. Other backends
+    (``aot_eager``) generate no code."""
+    if backend != "inductor":
+        return None
+    if torch.device(device).type in ("cuda", "xpu"):
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "inductor compiles a GPU's kernels with Triton, which is not installed"
+        return None
+    from torch._inductor import cpp_builder
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except Exception as error:  # noqa: BLE001 - each platform's search raises its own error
+        return f"inductor compiles a CPU's kernels with a C++ compiler and finds none here ({error})"
+    return None
+
+
+def static_pass(
+    model: GPT, prompt: Sequence[int], step: Callable = decode_step, slots: int | None = None
+) -> Callable[[], None]:
+    """:func:`cached_pass` for the fast path: one decoding step through ``step``
+    (:func:`decode_step`, or :func:`compiled_step`'s) over a :class:`~course_lib.attention.StaticKVCache`
+    holding ``prompt``, forgotten again after each call (its slot moved back). What a step of
+    :func:`generate_batch` at batch 1 costs, to time or to profile. ``slots``: the cache's size
+    (default: the prompt and one step); a step compiled for ``generate_batch(model, [prompt], new)``
+    is reused as it is with ``slots=len(prompt) + new - 1`` (another size is another shape: a
+    recompilation). Call it under ``torch.no_grad()``, the model in eval mode."""
+    device = model_device(model)
+    slots = len(prompt) + 1 if slots is None else slots
+    cache = model.new_static_cache(torch.zeros(1, dtype=torch.long, device=device), slots)
+    model(torch.tensor([list(prompt)], device=device), cache=cache)  # (1, T): the prompt, cached
+    ids = torch.full((1, 1), int(prompt[-1]), device=device)  # (1, 1)
+
+    def run() -> None:
+        step(model, cache, ids)  # (1, V)
+        cache.slot -= 1  # in place: the same tensor, one slot back
+
+    return run
 
 
 def _check_prompts(prompts: Sequence[Sequence[int]], context_length: int) -> list[list[int]]:

@@ -35,6 +35,7 @@ faster is to read fewer bytes: store each weight in 8 or 4 bits instead of 32.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import warnings
 from collections.abc import Callable
@@ -44,7 +45,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import runtime
-from .generation import cached_pass
+from .evaluation import PairedDifference
+from .generation import cached_pass, static_pass
 from .runtime import evaluating, seconds_per_call
 
 INT8_KERNELS = ("dequantize", "fbgemm", "fbgemm_token", "int8pack")
@@ -401,6 +403,21 @@ def quantize_model(
     return quantized
 
 
+QUALITY_MARGIN = 1.01
+"""Chapter 14's margin on quality: a format may cost at most 1% in held-out perplexity."""
+
+
+def within_margin(loss_gap: PairedDifference, margin: float = QUALITY_MARGIN) -> bool:
+    """Chapter 14's one quality rule (the notebook's choice and benchmarks/inference.py's goal):
+    ``loss_gap`` is a format's held-out loss minus float32's, paired window by window (nats per
+    token, :func:`evaluation.paired_difference`); the format is within the margin when the upper end
+    of its interval, as a perplexity ratio (``exp(high)``), stays below ``margin``. The upper end, not
+    the point estimate: no measurement shows a loss to be 0, but one can show it below a margin set
+    beforehand, and a point estimate below the margin with an interval reaching past it shows
+    nothing."""
+    return math.exp(loss_gap.high) < margin
+
+
 FORMATS = {  # chapter 14's formats, compared on quality: name -> (mode, kernel, head)
     "float32": ("float32", "auto", None),
     "bfloat16": ("bfloat16", "auto", None),
@@ -506,25 +523,39 @@ MATRIX_OPS = (  # the operators that multiply by a linear layer's weight, in eac
     "mkldnn::_linear_pointwise",
     "quantized::linear_dynamic",
 )
+COMPILED_WRAPPERS = (  # what torch.profiler records around a compiled graph: not operators, but Python
+    "Torch-Compiled Region",
+    "TorchDynamo Cache Lookup",
+    "Pregraph bytecode",
+    "AOTDispatcher",
+)
 
 
 @torch.no_grad()
-def profile_step(model: nn.Module, prompt, steps: int = 10) -> dict[str, float]:
+def profile_step(
+    model: nn.Module, prompt, steps: int = 10, step: Callable | None = None, slots: int | None = None
+) -> dict[str, float]:
     """Where one decoding step goes, in milliseconds per step after ``prompt`` (token ids) is
     cached: the linear layers' matrix products (:data:`MATRIX_OPS`), attention, every other
-    operator (norms, rotations, the cache, conversions), each by ``torch.profiler``'s self time,
-    and what is outside any operator (Python, modules, PyTorch's dispatch): the step's wall time
-    without the profiler, less the rest. Numbers to print, never to assert."""
+    operator (norms, rotations, the cache, conversions; in a compiled step, the kernels inductor
+    generated, one ``Call CompiledFxGraph`` event), each by ``torch.profiler``'s self time, and what
+    is outside any operator (Python, modules, PyTorch's dispatch; a compiled step's guards and
+    wrappers, :data:`COMPILED_WRAPPERS`): the step's wall time without the profiler, less the rest.
+    The step is :func:`generate`'s over the teaching cache, or, with ``step`` (``decode_step`` or
+    ``compiled_step()``), :func:`generate_batch`'s over a static cache of ``slots`` (``static_pass``).
+    Numbers to print, never to assert."""
     from torch.profiler import ProfilerActivity, profile
 
     with evaluating(model):
-        step = cached_pass(model, prompt)  # one more token after the cached prompt
-        wall = seconds_per_call(step, timings=5) * 1e3
+        run = cached_pass(model, prompt) if step is None else static_pass(model, prompt, step, slots)
+        wall = seconds_per_call(run, timings=5) * 1e3
         with profile(activities=[ProfilerActivity.CPU]) as profiler:
             for _ in range(steps):
-                step()
+                run()
     times = {"matrix products": 0.0, "attention": 0.0, "other operators": 0.0}
     for event in profiler.key_averages():
+        if event.key.startswith(COMPILED_WRAPPERS):  # guards and wrappers around a graph: host work
+            continue
         if event.key in MATRIX_OPS:
             kind = "matrix products"
         else:
