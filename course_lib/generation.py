@@ -333,6 +333,7 @@ def generate_batch(
     top_p: float | None = None,
     eos_id: int | None = None,
     step: Callable[[GPT, StaticKVCache, torch.Tensor], torch.Tensor] = decode_step,
+    check_every: int | None = None,
 ) -> list[list[int]]:
     """The new tokens of each prompt (a list of token-id lists, any lengths), generated as one
     batch; each row's list ends after its own ``eos_id`` (kept), or after ``max_new_tokens``.
@@ -345,6 +346,13 @@ def generate_batch(
     length reaches the context is recomputed from its last ``context_length`` tokens at every
     step, as :func:`generate` slides its window. ``step`` computes a decoding step: pass
     ``compiled_step()`` for the compiled one.
+
+    Whether every row has finished is a question the host asks the device (a synchronisation: on
+    a GPU the loop waits there for the step to end before it can launch the next). It is asked
+    every ``check_every`` tokens (default: every token on a CPU, where asking costs nothing and a
+    step after the end costs a step; every 8 elsewhere), and no other per-token work waits for the
+    device: with a compiled step on a GPU the host runs ahead and queues the next steps. A row that
+    finished writes ``eos_id`` until the others do, so the tokens do not depend on ``check_every``.
     """
     if not isinstance(model, GPT):
         raise TypeError(f"generate_batch needs a course_lib GPT (it builds a static cache), got {type(model).__name__}")
@@ -354,9 +362,13 @@ def generate_batch(
         raise ValueError(f"max_new_tokens must be 0 or more, got {max_new_tokens}")
     if not greedy and temperature <= 0:
         raise ValueError(f"temperature must be positive (or use greedy=True), got {temperature}")
+    if check_every is not None and check_every < 1:
+        raise ValueError(f"check_every must be a positive number of tokens, got {check_every}")
     if not (generator is None or isinstance(generator, torch.Generator)) and len(generator) != len(rows):
         raise ValueError(f"give one generator per prompt: {len(rows)} prompts, {len(generator)} generators")
     B, device = len(rows), model_device(model)
+    if check_every is None:
+        check_every = 1 if device.type == "cpu" else 8
     lengths = [len(r) for r in rows]
     T = max(lengths)
     if max_new_tokens == 0:
@@ -376,7 +388,7 @@ def generate_batch(
                 next_id = next_id.masked_fill(finished, eos_id)
                 finished |= next_id == eos_id
             ids[:, T + s] = next_id[:, 0]
-            if s == max_new_tokens - 1 or (eos_id is not None and bool(finished.all())):
+            if s == max_new_tokens - 1 or (eos_id is not None and s % check_every == 0 and bool(finished.all())):
                 break
             total = [n + s + 1 for n in lengths]  # each row's length with the new token
             past = [b for b in range(B) if total[b] > context]  # rows whose window slides
