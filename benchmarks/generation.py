@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/generation.py [--models default,course,smollm2] [--device cpu|cuda]
         [--new 64] [--prompt 10] [--batches 1,4,16] [--compile inductor] [--threads 2]
+        [--dtype float32|bfloat16|float16]
 
 Greedy decoding, every path checked to produce the same tokens before anything is timed,
 alternating rounds (``reference.alternate``), medians. For each model:
@@ -14,11 +15,16 @@ alternating rounds (``reference.alternate``), medians. For each model:
 - **the limits**, measured in the same alternating rounds as the decoding they bound: the
   *bandwidth limit* is the bytes one decoding step must read (every weight matrix once, plus
   the cached keys and values of every row; the embedding lookup reads only a row per token)
-  divided by the read bandwidth of this device for that many bytes (one ``torch.mv`` over a
-  matrix of the weights' size: from DRAM for SmolLM2, from the CPU's caches for a model that
-  fits in them). The *matrix-vector floor* is the time of the model's matrix products alone
-  at the same batch size, one ``F.linear`` per weight matrix in a loop: what decoding would
-  cost with no attention, no norms and no Python around them.
+  divided by the read bandwidth of this device for that many bytes (``quantization.read_probe``,
+  the course's one probe, as notebook 14 and benchmarks/inference.py measure it: from DRAM for
+  SmolLM2, from the CPU's caches for a model that fits in them). The *matrix-vector floor* is
+  the time of the model's matrix products alone at the same batch size, one ``F.linear`` per
+  weight matrix in a loop: what decoding would cost with no attention, no norms and no Python around them.
+
+``--dtype`` decodes in bfloat16 or float16 instead (half the bytes a step reads; bfloat16 becomes
+float16 on a GPU without it), after printing its greedy agreement with float32 on real text (the
+course corpus's held-out tenth: teacher-forced argmax over 256 positions, and the free-running
+tokens before the first that differs).
 
 Models: ``default`` is a GPT-2 style model of 6 layers, width 384, vocabulary 103 (the offline
 corpus's characters), random weights; ``course`` the shipped course model; ``smollm2``
@@ -34,6 +40,7 @@ tokens/s at batch 1 and the cache >= 3x recomputation at a 10-token prompt.
 from __future__ import annotations
 
 import argparse
+import copy
 import time
 
 import torch
@@ -43,6 +50,7 @@ from reference import alternate
 from course_lib.generation import compiled_step, generate, generate_batch
 from course_lib.model import GPT, GPTConfig
 from course_lib.quantization import cache_bytes, read_probe, weight_bytes
+from course_lib.runtime import model_device
 
 DEFAULT = dict(vocab_size=103, context_length=256, n_layers=6, n_heads=6, d_model=384)
 
@@ -64,21 +72,58 @@ def matvec_run(model: GPT, batch: int, steps: int):
     return products
 
 
-def build(name: str, device: torch.device) -> tuple[GPT, str]:
+def build(name: str, device: torch.device) -> tuple[GPT, str, object]:
+    """``(model, what, tokenizer)``: the model in float32, eval mode; its tokenizer (None for the
+    random models, which read no real text)."""
     if name in ("default", "llama"):
         torch.manual_seed(0)
         config = GPTConfig(**DEFAULT) if name == "default" else GPTConfig.llama_like(**DEFAULT, norm_eps=1e-5)
         kind = "GPT-2 style" if name == "default" else "LLaMA style"
-        return GPT(config).to(device).eval(), f"{kind}, random weights"
+        return GPT(config).to(device).eval(), f"{kind}, random weights", None
     if name == "course":
         from course_lib.pretrained import load_pretrained
 
-        return load_pretrained(device=device)[0].eval(), "the shipped course model"
+        model, tokenizer, _ = load_pretrained(device=device)
+        return model.eval(), "the shipped course model", tokenizer
     if name == "smollm2":
         from course_lib.pretrained import load_smollm2
 
-        return load_smollm2(device=device)[0].eval(), "SmolLM2-135M-Instruct, float32"
+        model, tokenizer, _ = load_smollm2(device=device)
+        return model.eval(), "SmolLM2-135M-Instruct", tokenizer
     raise SystemExit(f"unknown model {name!r}: choose default, llama, course or smollm2")
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """``--dtype``: float32, bfloat16, or float16; bfloat16 falls back to float16 on a GPU without it."""
+    dtype = getattr(torch, name, None)
+    if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise SystemExit(f"unknown --dtype {name!r}: choose float32, bfloat16 or float16")
+    if dtype == torch.bfloat16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        print("  (this GPU has no bfloat16: float16 instead)")
+        return torch.float16
+    return dtype
+
+
+@torch.no_grad()
+def agreement(reference: GPT, model: GPT, tokenizer, new: int) -> None:
+    """Greedy agreement of ``model`` (another dtype) with float32's ``reference`` on real text: the
+    held-out tenth of the course corpus. Teacher-forced, the share of 256 positions whose argmax is
+    float32's; free-running from its first 32 tokens, how many of ``new`` greedy tokens match before
+    the first that differs (after which the texts follow other paths)."""
+    from course_lib.data import split_text, stdlib_docs
+    from course_lib.tokenization import ENDOFTEXT
+
+    text = split_text(ENDOFTEXT.join(stdlib_docs()))[1]
+    ids = tokenizer.encode(text, allowed_special="all")[: min(256, reference.config.context_length)]
+    window = torch.tensor([ids], device=model_device(reference))  # (1, T)
+    same = (reference(window).argmax(-1) == model(window).argmax(-1)).float().mean().item()
+    prompt = ids[:32]
+    a, b = (generate_batch(m, [prompt], new, greedy=True)[0] for m in (reference, model))
+    first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), new)
+    print(
+        f"  greedy agreement with float32 on held-out text: {same:.1%} of {window.shape[1]} positions "
+        f"(teacher-forced); free-running, {first} of {new} tokens before the first that differs"
+    )
 
 
 def prompts_for(model: GPT, batch: int, length: int, seed: int = 0) -> list[list[int]]:
@@ -90,13 +135,21 @@ def prompts_for(model: GPT, batch: int, length: int, seed: int = 0) -> list[list
 
 
 def benchmark(name: str, args, device: torch.device) -> None:
-    model, what = build(name, device)
+    model, what, tokenizer = build(name, device)
     c = model.config
     new = min(args.new, c.context_length - args.prompt)
+    dtype = resolve_dtype(args.dtype, device)
+    reference, model = model, (model if dtype == torch.float32 else copy.deepcopy(model).to(dtype))
     print(
-        f"\n== {name}: {what}; {c.n_layers} layers, width {c.d_model}, vocabulary {c.vocab_size:,}, "
-        f"{model.num_parameters() / 1e6:.1f} M parameters ({weight_bytes(model) / 1e6:.1f} MB read per step)"
+        f"\n== {name}: {what}, {str(dtype).removeprefix('torch.')}; {c.n_layers} layers, width {c.d_model}, "
+        f"vocabulary {c.vocab_size:,}, {model.num_parameters() / 1e6:.1f} M parameters "
+        f"({weight_bytes(model) / 1e6:.1f} MB read per step)"
     )
+    if dtype != torch.float32 and tokenizer is not None:
+        agreement(reference, model, tokenizer, new)
+    elif dtype != torch.float32:
+        print("  (random weights: no real text to check agreement on)")
+    del reference
     step = compiled_step(args.compile, "reduce-overhead" if device.type == "cuda" else None) if args.compile else None
     one = prompts_for(model, 1, args.prompt)
     prompt = torch.tensor(one, device=device)  # (1, T)
@@ -114,10 +167,10 @@ def benchmark(name: str, args, device: torch.device) -> None:
     outputs = {label: run() for label, run in runs.items()}
     for label, out in outputs.items():
         same = out == outputs["recompute (no cache)"]
-        if not same and "compiled" not in label:
+        if not same and "compiled" not in label and dtype == torch.float32:
             raise AssertionError(f"{name}: {label} generated other tokens than recomputation")
         if not same:
-            print(f"  note: {label} differs from eager in some token (fused float arithmetic)")
+            print(f"  note: {label} differs from recomputation in some token (floats summed in another order)")
     probe, probe_bytes = read_probe(weight_bytes(model), device)
     median = alternate({**runs, "read probe": probe, "matvec": matvec_run(model, 1, new)}, args.rounds)
     bandwidth = probe_bytes / median.pop("read probe")
@@ -205,6 +258,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--compile", default="inductor", help="a torch.compile backend, or '' for none")
+    parser.add_argument("--dtype", default="float32", help="float32, bfloat16 (float16 on a GPU without it), float16")
     parser.add_argument("--reference", action="store_true", help="also time llms-from-scratch's KV-cache Llama")
     args = parser.parse_args()
     args.batches = [int(b) for b in args.batches.split(",")]

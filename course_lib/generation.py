@@ -19,7 +19,8 @@ Beside that teaching path:
   and stopping at its own end-of-text, every row getting the tokens it gets alone (tested);
 - :func:`decode_step` is one step of it with fixed shapes, and :func:`compiled_step` the same
   step through ``torch.compile`` (a GPU then replays it as a CUDA graph with
-  ``mode="reduce-overhead"``);
+  ``mode="reduce-overhead"``; :func:`compile_unavailable` says where inductor cannot run);
+  :func:`static_pass` is one such step to time or profile;
 - :class:`Session` is one growing sequence and its cache: feed a prompt, a tool's result or a
   user's turn, sample one token at a time, take tokens back (the calculator and the chat).
 """
@@ -229,8 +230,56 @@ def compiled_step(backend: str = "inductor", mode: str | None = None) -> Callabl
     """:func:`decode_step` through ``torch.compile`` (made once per backend and mode, then
     reused). ``backend="inductor"`` generates fused kernels (C++ on a CPU, Triton on a GPU);
     ``mode="reduce-overhead"`` on a GPU also captures the step in a CUDA graph, so that one
-    launch replaces hundreds; ``"aot_eager"`` traces without generating code (a quick check)."""
+    launch replaces hundreds; ``"aot_eager"`` traces without generating code (a quick check).
+    The whole step is one graph (``fullgraph=True``): the model's layers, quantized ones included
+    (chapter 14's int8 and int4 kernels are called from inside it), and the static cache's writes.
+    Ask :func:`compile_unavailable` first where inductor may lack its compiler."""
     return torch.compile(decode_step, backend=backend, mode=mode, fullgraph=True)
+
+
+def compile_unavailable(backend: str = "inductor", device: torch.device | str = "cpu") -> str | None:
+    """Why ``torch.compile(backend=...)`` cannot generate code for ``device`` here, in words; None
+    when it can. inductor writes C++ for a CPU, so it needs a C++ compiler (g++ or clang++; MSVC's
+    ``cl`` on Windows, which a student's Windows often lacks), and Triton for a GPU. Other backends
+    (``aot_eager``) generate no code."""
+    if backend != "inductor":
+        return None
+    if torch.device(device).type in ("cuda", "xpu"):
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "inductor compiles a GPU's kernels with Triton, which is not installed"
+        return None
+    from torch._inductor import cpp_builder
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except Exception as error:  # noqa: BLE001 - each platform's search raises its own error
+        return f"inductor compiles a CPU's kernels with a C++ compiler and finds none here ({error})"
+    return None
+
+
+def static_pass(
+    model: GPT, prompt: Sequence[int], step: Callable = decode_step, slots: int | None = None
+) -> Callable[[], None]:
+    """:func:`cached_pass` for the fast path: one decoding step through ``step``
+    (:func:`decode_step`, or :func:`compiled_step`'s) over a :class:`~course_lib.attention.StaticKVCache`
+    holding ``prompt``, forgotten again after each call (its slot moved back). What a step of
+    :func:`generate_batch` at batch 1 costs, to time or to profile. ``slots``: the cache's size
+    (default: the prompt and one step); a step compiled for ``generate_batch(model, [prompt], new)``
+    is reused as it is with ``slots=len(prompt) + new - 1`` (another size is another shape: a
+    recompilation). Call it under ``torch.no_grad()``, the model in eval mode."""
+    device = model_device(model)
+    slots = len(prompt) + 1 if slots is None else slots
+    cache = model.new_static_cache(torch.zeros(1, dtype=torch.long, device=device), slots)
+    model(torch.tensor([list(prompt)], device=device), cache=cache)  # (1, T): the prompt, cached
+    ids = torch.full((1, 1), int(prompt[-1]), device=device)  # (1, 1)
+
+    def run() -> None:
+        step(model, cache, ids)  # (1, V)
+        cache.slot -= 1  # in place: the same tensor, one slot back
+
+    return run
 
 
 def _check_prompts(prompts: Sequence[Sequence[int]], context_length: int) -> list[list[int]]:
@@ -284,6 +333,7 @@ def generate_batch(
     top_p: float | None = None,
     eos_id: int | None = None,
     step: Callable[[GPT, StaticKVCache, torch.Tensor], torch.Tensor] = decode_step,
+    check_every: int | None = None,
 ) -> list[list[int]]:
     """The new tokens of each prompt (a list of token-id lists, any lengths), generated as one
     batch; each row's list ends after its own ``eos_id`` (kept), or after ``max_new_tokens``.
@@ -296,6 +346,13 @@ def generate_batch(
     length reaches the context is recomputed from its last ``context_length`` tokens at every
     step, as :func:`generate` slides its window. ``step`` computes a decoding step: pass
     ``compiled_step()`` for the compiled one.
+
+    Whether every row has finished is a question the host asks the device (a synchronisation: on
+    a GPU the loop waits there for the step to end before it can launch the next). It is asked
+    every ``check_every`` tokens (default: every token on a CPU, where asking costs nothing and a
+    step after the end costs a step; every 8 elsewhere), and no other per-token work waits for the
+    device: with a compiled step on a GPU the host runs ahead and queues the next steps. A row that
+    finished writes ``eos_id`` until the others do, so the tokens do not depend on ``check_every``.
     """
     if not isinstance(model, GPT):
         raise TypeError(f"generate_batch needs a course_lib GPT (it builds a static cache), got {type(model).__name__}")
@@ -305,9 +362,13 @@ def generate_batch(
         raise ValueError(f"max_new_tokens must be 0 or more, got {max_new_tokens}")
     if not greedy and temperature <= 0:
         raise ValueError(f"temperature must be positive (or use greedy=True), got {temperature}")
+    if check_every is not None and check_every < 1:
+        raise ValueError(f"check_every must be a positive number of tokens, got {check_every}")
     if not (generator is None or isinstance(generator, torch.Generator)) and len(generator) != len(rows):
         raise ValueError(f"give one generator per prompt: {len(rows)} prompts, {len(generator)} generators")
     B, device = len(rows), model_device(model)
+    if check_every is None:
+        check_every = 1 if device.type == "cpu" else 8
     lengths = [len(r) for r in rows]
     T = max(lengths)
     if max_new_tokens == 0:
@@ -327,7 +388,7 @@ def generate_batch(
                 next_id = next_id.masked_fill(finished, eos_id)
                 finished |= next_id == eos_id
             ids[:, T + s] = next_id[:, 0]
-            if s == max_new_tokens - 1 or (eos_id is not None and bool(finished.all())):
+            if s == max_new_tokens - 1 or (eos_id is not None and s % check_every == 0 and bool(finished.all())):
                 break
             total = [n + s + 1 for n in lengths]  # each row's length with the new token
             past = [b for b in range(B) if total[b] > context]  # rows whose window slides

@@ -27,22 +27,26 @@ faster is to read fewer bytes: store each weight in 8 or 4 bits instead of 32.
   default product of a few rows by a weight (BLAS) packs the weight again at every call; packed once,
   a decoding step reads the weights faster and a pass over 8 tokens costs little more than over 1.
 - :func:`weight_bytes` and :func:`cache_bytes` count the bytes a decoding step reads and
-  :func:`read_probe` measures how fast this machine reads them: their ratio is the floor.
+  :func:`read_probe` measures how fast this machine reads them: their ratio is the floor
+  (:func:`copy_probe`, STREAM's copy, is what the probe is checked against).
   :func:`profile_step` says where a step's time goes instead (``torch.profiler``).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import os
 import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from . import runtime
-from .generation import cached_pass
+from .evaluation import PairedDifference
+from .generation import cached_pass, static_pass
 from .runtime import evaluating, seconds_per_call
 
 INT8_KERNELS = ("dequantize", "fbgemm", "fbgemm_token", "int8pack")
@@ -399,6 +403,21 @@ def quantize_model(
     return quantized
 
 
+QUALITY_MARGIN = 1.01
+"""Chapter 14's margin on quality: a format may cost at most 1% in held-out perplexity."""
+
+
+def within_margin(loss_gap: PairedDifference, margin: float = QUALITY_MARGIN) -> bool:
+    """Chapter 14's one quality rule (the notebook's choice and benchmarks/inference.py's goal):
+    ``loss_gap`` is a format's held-out loss minus float32's, paired window by window (nats per
+    token, :func:`evaluation.paired_difference`); the format is within the margin when the upper end
+    of its interval, as a perplexity ratio (``exp(high)``), stays below ``margin``. The upper end, not
+    the point estimate: no measurement shows a loss to be 0, but one can show it below a margin set
+    beforehand, and a point estimate below the margin with an interval reaching past it shows
+    nothing."""
+    return math.exp(loss_gap.high) < margin
+
+
 FORMATS = {  # chapter 14's formats, compared on quality: name -> (mode, kernel, head)
     "float32": ("float32", "auto", None),
     "bfloat16": ("bfloat16", "auto", None),
@@ -458,20 +477,42 @@ def cache_bytes(model: nn.Module, positions: float) -> float:
     return 2 * c.n_layers * c.kv_heads * c.head_dim * positions * element
 
 
-def read_probe(nbytes: int, device: torch.device | str = "cpu"):
-    """``(run, bytes)``: a run that reads about ``nbytes`` once, to time beside decoding, so that
-    ``bytes / seconds`` is the read bandwidth at that working set (from memory for a model larger
-    than the CPU's caches, from the caches for a small one). On a CPU it is the faster, timed here,
-    of a sum over a float32 matrix of that size and a matrix-vector product with it: which of the
-    two streams faster differs between CPUs (on one AVX-512 server the sum read 35 GB/s on one
-    thread and the product 20), and a floor that a kernel can beat is no floor. Elsewhere, the
-    product (timing a GPU needs a synchronisation this choice does not make)."""
-    matrix = torch.ones(max(nbytes, 2**22) // 4096, 1024, device=device)  # (rows, 1024) float32
-    vector = torch.ones(1024, device=device)
-    product = lambda: torch.mv(matrix, vector)  # noqa: E731
-    if matrix.device.type != "cpu":
-        return product, matrix.numel() * 4
-    return min((matrix.sum, product), key=lambda run: seconds_per_call(run, timings=3)), matrix.numel() * 4
+PROBE_MIN_BYTES = 2**22
+"""The smallest working set :func:`read_probe` reads (4 MiB): below that, one call is too short to time."""
+
+
+def _probe_buffer(nbytes: int, device: torch.device | str) -> torch.Tensor:
+    return torch.ones(max(int(nbytes), PROBE_MIN_BYTES) // 4096, 1024, device=device)  # (rows, 1024) float32
+
+
+def read_probe(nbytes: int, device: torch.device | str = "cpu") -> tuple[Callable[[], torch.Tensor], int]:
+    """``(run, bytes)``: the course's one read-bandwidth probe (notebook 14 and both decoding
+    benchmarks use it), so that ``bytes / seconds per run`` is the read bandwidth its floors divide by.
+
+    - *What it reads*: a float32 buffer of ``nbytes`` (whole rows of 4 KiB, at least
+      :data:`PROBE_MIN_BYTES`), every byte once per run, by one ``torch.sum`` (a reduction streams its
+      input and writes one number). Always the same kernel, on every device: the probe never picks
+      among kernels by timing them, so two programs on one machine measure the same thing.
+    - *How often*: once per run; time its runs as the decoding they bound is timed (the benchmarks:
+      in the same alternating rounds, ``reference.alternate``; the notebook: ``seconds_per_call``,
+      on the same threads).
+    - *Which working set*: pass the bytes one decoding step reads (:func:`weight_bytes`), so that the
+      probe reads from where the step reads: from memory for SmolLM2's 538 MB, from the caches for a
+      model that fits in them.
+
+    Checked against :func:`copy_probe` (STREAM's copy) in benchmarks/inference.py: a read-only probe
+    that reads more slowly than a copy moves bytes would give a floor that a kernel can beat."""
+    matrix = _probe_buffer(nbytes, device)
+    return matrix.sum, matrix.numel() * 4
+
+
+def copy_probe(nbytes: int, device: torch.device | str = "cpu") -> tuple[Callable[[], torch.Tensor], int]:
+    """``(run, bytes)``: STREAM's *copy* kernel (``a[i] = b[i]``) over two float32 buffers of
+    :func:`read_probe`'s size, with the bytes counted as STREAM counts them: each run reads one
+    buffer and writes the other, ``2 * size``. The reference the read probe is checked against."""
+    source = _probe_buffer(nbytes, device)
+    target = torch.empty_like(source)
+    return lambda: target.copy_(source), 2 * source.numel() * 4
 
 
 MATRIX_OPS = (  # the operators that multiply by a linear layer's weight, in each format and kernel
@@ -482,25 +523,39 @@ MATRIX_OPS = (  # the operators that multiply by a linear layer's weight, in eac
     "mkldnn::_linear_pointwise",
     "quantized::linear_dynamic",
 )
+COMPILED_WRAPPERS = (  # what torch.profiler records around a compiled graph: not operators, but Python
+    "Torch-Compiled Region",
+    "TorchDynamo Cache Lookup",
+    "Pregraph bytecode",
+    "AOTDispatcher",
+)
 
 
 @torch.no_grad()
-def profile_step(model: nn.Module, prompt, steps: int = 10) -> dict[str, float]:
+def profile_step(
+    model: nn.Module, prompt, steps: int = 10, step: Callable | None = None, slots: int | None = None
+) -> dict[str, float]:
     """Where one decoding step goes, in milliseconds per step after ``prompt`` (token ids) is
     cached: the linear layers' matrix products (:data:`MATRIX_OPS`), attention, every other
-    operator (norms, rotations, the cache, conversions), each by ``torch.profiler``'s self time,
-    and what is outside any operator (Python, modules, PyTorch's dispatch): the step's wall time
-    without the profiler, less the rest. Numbers to print, never to assert."""
+    operator (norms, rotations, the cache, conversions; in a compiled step, the kernels inductor
+    generated, one ``Call CompiledFxGraph`` event), each by ``torch.profiler``'s self time, and what
+    is outside any operator (Python, modules, PyTorch's dispatch; a compiled step's guards and
+    wrappers, :data:`COMPILED_WRAPPERS`): the step's wall time without the profiler, less the rest.
+    The step is :func:`generate`'s over the teaching cache, or, with ``step`` (``decode_step`` or
+    ``compiled_step()``), :func:`generate_batch`'s over a static cache of ``slots`` (``static_pass``).
+    Numbers to print, never to assert."""
     from torch.profiler import ProfilerActivity, profile
 
     with evaluating(model):
-        step = cached_pass(model, prompt)  # one more token after the cached prompt
-        wall = seconds_per_call(step, timings=5) * 1e3
+        run = cached_pass(model, prompt) if step is None else static_pass(model, prompt, step, slots)
+        wall = seconds_per_call(run, timings=5) * 1e3
         with profile(activities=[ProfilerActivity.CPU]) as profiler:
             for _ in range(steps):
-                step()
+                run()
     times = {"matrix products": 0.0, "attention": 0.0, "other operators": 0.0}
     for event in profiler.key_averages():
+        if event.key.startswith(COMPILED_WRAPPERS):  # guards and wrappers around a graph: host work
+            continue
         if event.key in MATRIX_OPS:
             kind = "matrix products"
         else:

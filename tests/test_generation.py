@@ -410,6 +410,55 @@ def test_the_compiled_step_generates_the_same_tokens(one_thread):
     assert eager == [alone(model, p, 16, greedy=True) for p in prompts]
 
 
+def host_syncs(run) -> int:
+    """How often ``run`` makes the host wait for a tensor's value (``.item()``, ``bool(tensor)``,
+    ``int(tensor)``: each reads one number through ``aten::_local_scalar_dense``), counted on the CPU;
+    on a GPU each is a synchronisation."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        syncs = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                Count.syncs += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        run()
+    return Count.syncs
+
+
+def test_the_loop_asks_the_device_whether_rows_finished_every_few_tokens_only(one_thread):
+    """The host waits for the device once per ``check_every`` tokens, not once per token (a step's
+    synchronisation on a GPU), and the tokens are the same: a finished row writes its end token
+    until every row has."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from course_lib.generation import decode_step, generate_batch
+
+    model = sharp_model("rope", n_kv_heads=2, context_length=64)
+    prompts = prompts_of(5, 3)
+    eos = end_token(generate_batch(model, prompts, 40, greedy=True))
+    every = {k: generate_batch(model, prompts, 40, greedy=True, eos_id=eos, check_every=k) for k in (1, 8)}
+    assert every[8] == every[1] and any(len(row) < 40 for row in every[1])
+
+    def step(*args):  # the step itself is not counted: the loop around it is (a compiled step checks no ids)
+        with _disable_current_modes():
+            return decode_step(*args)
+
+    rows = prompts_of(5, 4)
+    syncs = {
+        (k, n): host_syncs(
+            lambda k=k, n=n: generate_batch(model, rows, n, greedy=True, eos_id=59, check_every=k, step=step)
+        )
+        for k in (1, 8)
+        for n in (16, 32)
+    }
+    assert syncs[1, 32] - syncs[1, 16] == 16  # one per token: asked every token
+    assert syncs[8, 32] - syncs[8, 16] == 2  # 16 more tokens, 2 more questions
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_the_compiled_step_is_a_cuda_graph():
     """mode="reduce-overhead" replays the step as one CUDA graph, unless inductor skips it (an

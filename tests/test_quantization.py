@@ -14,16 +14,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from course_lib import runtime
-from course_lib.generation import generate
+from course_lib.generation import decode_step, generate
 from course_lib.quantization import (
     FORMATS,
     KERNEL_VARIANTS,
+    QUALITY_MARGIN,
     BF16Linear,
     Int4Linear,
     Int8Linear,
     NotOnThisCPU,
     PackedLinear,
     cache_bytes,
+    copy_probe,
     dequantize_int4,
     dequantize_int8,
     pack_int4,
@@ -37,6 +39,7 @@ from course_lib.quantization import (
     unavailable,
     unpack_int4,
     weight_bytes,
+    within_margin,
 )
 
 FBGEMM = unavailable("int8", "fbgemm")  # None where this CPU runs fbgemm, else why not
@@ -414,19 +417,117 @@ def test_profile_step_finds_every_formats_matrix_products(tiny_gpt, mode, kernel
     if unavailable(mode, kernel) is not None:
         pytest.skip(unavailable(mode, kernel))
     model = quantize_model(tiny_gpt(0, d_model=64), mode, kernel=kernel)
-    parts = profile_step(model, [1, 2, 3], steps=2)
-    assert list(parts) == ["matrix products", "attention", "other operators", "outside operators"]
-    assert all(ms >= 0 for ms in parts.values()) and parts["matrix products"] > 0
+    for step in (None, decode_step):  # generate's step over the teaching cache, generate_batch's over the static
+        parts = profile_step(model, [1, 2, 3], steps=2, step=step)
+        assert list(parts) == ["matrix products", "attention", "other operators", "outside operators"]
+        assert all(ms >= 0 for ms in parts.values()) and parts["matrix products"] > 0
 
 
-def test_cache_bytes_and_the_read_probe(tiny_gpt):
+def sharp(tiny_gpt) -> nn.Module:
+    """A tiny model whose greedy continuations wander (untied head, weights x8), with every layer's
+    output features a multiple of 16, so that int4's fast kernel (tinygemm) takes the head too."""
+    model = tiny_gpt(0, d_model=64, n_heads=4, n_kv_heads=2, vocab_size=64, tie_weights=False, positional="rope")
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.mul_(8)
+    return model.eval()
+
+
+@pytest.mark.parametrize("mode, kernel", [("int8", "int8pack"), ("int4", "tinygemm")])
+def test_the_compiled_step_calls_the_quantized_kernels_and_decodes_as_the_eager_one(tiny_gpt, mode, kernel, one_thread):
+    """torch.compile (inductor: generated C++) over the whole decoding step of a quantized model: one
+    graph for every step, the int8 or int4 kernel called inside it, and greedy tokens exactly the eager
+    step's. A machine without a C++ compiler says why and skips."""
+    from torch._dynamo.utils import counters
+
+    from course_lib.generation import compile_unavailable, compiled_step, generate_batch
+
+    if compile_unavailable() is not None:
+        pytest.skip(compile_unavailable())
+    model = quantize_model(sharp(tiny_gpt), mode)
+    assert {m.kernel for m in model.modules() if isinstance(m, (Int8Linear, Int4Linear))} == {kernel}
+    prompts = [[1, 5, 9, 2, 7], [3, 3, 8]]
+    eager = generate_batch(model, prompts, 10, greedy=True)
+    assert len({tuple(row) for row in eager}) == 2 and len(set(eager[0])) > 2  # the tokens wander
+    torch._dynamo.reset()
+    counters.clear()
+    with torch.profiler.profile() as profiler:
+        compiled = generate_batch(model, prompts, 10, greedy=True, step=compiled_step())
+    assert compiled == eager
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    called = {event.key for event in profiler.key_averages()}
+    assert {"aten::_weight_int8pack_mm" if mode == "int8" else "aten::_weight_int4pack_mm_for_cpu"} <= called
+
+
+def test_the_quality_rule_judges_the_intervals_upper_end():
+    """Chapter 14's one rule (the notebook's choice, the benchmark's goal): a point estimate inside the
+    1% margin with an interval reaching past it is not within it."""
+    from course_lib.evaluation import PairedDifference
+
+    point_inside = PairedDifference(math.log(1.009), math.log(1.003), math.log(1.015), 0.02, 8)
+    assert math.exp(point_inside.difference) < QUALITY_MARGIN == 1.01
+    assert not within_margin(point_inside)
+    assert within_margin(PairedDifference(math.log(1.003), -0.001, math.log(1.0067), 0.06, 8))
+
+
+def test_cache_bytes(tiny_gpt):
     model = tiny_gpt(0, n_kv_heads=1)  # 2 layers, 1 key/value head of 16 dimensions
     assert cache_bytes(model, 10) == 2 * 2 * 1 * 16 * 10 * 4
-    run, nbytes = read_probe(2**20)
-    assert nbytes >= 2**20 and run().sum().item() > 0  # a sum or a product: it read every element
-    with torch.device("meta"):  # off the CPU: the product, chosen without timing
-        run, nbytes = read_probe(2**22, "meta")
-        assert run().shape == (nbytes // 4 // 1024,)
+
+
+def reads_and_writes(run):
+    """Every operator ``run`` calls, with the bytes of the tensors it reads and of those it writes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            read = written = 0
+            for argument, value in zip(func._schema.arguments, args):
+                if isinstance(value, torch.Tensor):
+                    size = value.numel() * value.element_size()
+                    if argument.alias_info is not None and argument.alias_info.is_write:
+                        written += size
+                    else:
+                        read += size
+            self.calls.append((func.__name__, read, written))
+            return func(*args, **(kwargs or {}))
+
+    with Record() as record:
+        run()
+    return record.calls
+
+
+@pytest.mark.parametrize("faster", ["sum", "mv"])
+def test_the_read_probe_reads_its_working_set_once_whatever_the_timings(monkeypatch, faster):
+    """One probe, defined once: a call reads every byte of a float32 buffer of the working set asked
+    for (at least 4 MiB), once, with the same kernel on every machine. It never picks a kernel by
+    timing (two benchmarks on one machine once read 25.4 and 6.8 GB/s for one working set): the
+    timings are patched here to favour either kernel, and the probe does not change."""
+    from course_lib import quantization
+
+    monkeypatch.setattr(
+        quantization, "seconds_per_call", lambda run, **_: 1.0 if (faster == "sum") != (run.__name__ == "sum") else 0.1
+    )
+    for nbytes in (2**20, 3 * 2**22):
+        run, counted = read_probe(nbytes)
+        assert counted == max(nbytes, 2**22)
+        assert reads_and_writes(run) == [("sum.default", counted, 0)]  # one pass over the buffer, no writes
+    with torch.device("meta"):  # off the CPU: the same probe, nothing timed
+        run, counted = read_probe(2**23, "meta")
+        assert reads_and_writes(run) == [("sum.default", counted, 0)]
+
+
+def test_the_copy_probe_is_streams_copy():
+    """STREAM's copy, counted as STREAM counts it: a buffer read and another of the same size written."""
+    run, counted = copy_probe(2**22)
+    assert counted == 2 * 2**22
+    [(name, read, written)] = reads_and_writes(run)
+    assert name == "copy_.default" and read == written == 2**22
 
 
 # == bad input =============================================================================
