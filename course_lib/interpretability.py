@@ -613,14 +613,14 @@ def logit_attribution(model: GPT, cache: Cache, right, wrong=None, position: int
 # --------------------------------------------------------------------------------------
 
 
-def logit_difference(logits: torch.Tensor, right, wrong, position: int = -1) -> torch.Tensor:
-    """(B,): the logit of ``right`` minus that of ``wrong`` (ids, one per item or one for all)
-    at ``position``: a measure of the answer that ignores everything else the output does."""
-    at = logits[:, position].float()  # (B, V)
-    B = at.shape[0]
-    right = torch.as_tensor(right, device=at.device).long().expand(B)
-    wrong = torch.as_tensor(wrong, device=at.device).long().expand(B)
-    return at.gather(1, right[:, None])[:, 0] - at.gather(1, wrong[:, None])[:, 0]
+def logit_difference(logits: torch.Tensor, right, wrong, position=-1) -> torch.Tensor:
+    """The logit of ``right`` minus that of ``wrong`` at ``position``: (B,) for one position,
+    with ids (B,) or one for all; (B, P) for a list of P positions, with ids (B, P). A measure of
+    the answer that ignores everything else the output does."""
+    at = logits[:, position].float()  # (B, V) or (B, P, V)
+    right = torch.as_tensor(right, device=at.device).long().expand(at.shape[:-1])
+    wrong = torch.as_tensor(wrong, device=at.device).long().expand(at.shape[:-1])
+    return at.gather(-1, right[..., None])[..., 0] - at.gather(-1, wrong[..., None])[..., 0]
 
 
 def fraction_recovered(patched, clean, corrupt):
@@ -633,17 +633,18 @@ def fraction_recovered(patched, clean, corrupt):
 
 @torch.no_grad()
 def patch_each_head(model: GPT, idx: torch.Tensor, source: Cache, metric, positions=None) -> torch.Tensor:
-    """(L, H): ``metric(logits)`` (a number) of a run on ``idx`` with each head in turn patched from
-    ``source`` (at ``positions``), as TransformerLens's ``get_act_patch_attn_head_out_all_pos``.
-    Denoising: ``idx`` the corrupt input, ``source`` the clean run's Cache; noising: the reverse."""
+    """(L, H, ...): ``metric(logits)`` (a number, or a tensor such as one value per item) of a
+    run on ``idx`` with each head in turn patched from ``source`` (at ``positions``), as
+    TransformerLens's ``get_act_patch_attn_head_out_all_pos``. Denoising: ``idx`` the corrupt
+    input, ``source`` the clean run's Cache; noising: the reverse."""
     L, H = model.config.n_layers, model.config.n_heads
-    out = torch.zeros(L, H)
+    rows = []
     with evaluating(model):
         for layer in range(L):
             for head in range(H):
                 with patch_heads(model, [(layer, head)], source, positions):
-                    out[layer, head] = float(metric(model(idx)))
-    return out
+                    rows.append(torch.as_tensor(metric(model(idx))).detach().float().cpu())
+    return torch.stack(rows).view(L, H, *rows[0].shape)
 
 
 # --------------------------------------------------------------------------------------

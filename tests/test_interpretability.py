@@ -343,6 +343,12 @@ def test_logit_attribution_adds_up_to_the_logit(builder):
     assert one.heads.shape == (LAYERS, HEADS, 3) and one.mlp.shape == one.attention.shape == (LAYERS, 3)
     difference = logit_attribution(model, cache, torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
     torch.testing.assert_close(difference.total, logit_difference(logits, [1, 2, 3], [4, 5, 6]), **CLOSE)
+    right, wrong = torch.randint(0, V, (2, 3, 2), generator=torch.Generator().manual_seed(4))  # (B, P) each
+    at_two = logit_difference(logits, right, wrong, position=[2, 6])  # (B, P)
+    assert at_two.shape == (3, 2)
+    torch.testing.assert_close(
+        at_two[:, 1], logits[:, 6].gather(1, right[:, 1:]).squeeze(1) - logits[:, 6].gather(1, wrong[:, 1:]).squeeze(1)
+    )
 
 
 def test_head_patching_matches_transformer_lens(pair):
@@ -370,6 +376,9 @@ def test_head_patching_matches_transformer_lens(pair):
     assert high - low > 0.1
     recovered = fraction_recovered(denoised, high, low)
     assert recovered.shape == (LAYERS, HEADS) and (recovered - fraction_recovered(noised, high, low)).abs().max() > 0
+    per_item = patch_each_head(ours, corrupt, clean_cache, lambda logits: logit_difference(logits, right, wrong))
+    assert per_item.shape == (LAYERS, HEADS, 3)
+    torch.testing.assert_close(per_item.mean(dim=-1), denoised, **CLOSE)
     with torch.no_grad(), patch_resid(ours, LAYERS, clean_cache):  # the last residual stream denoised: all of it
         assert float(fraction_recovered(metric(ours(corrupt)), high, low)) == pytest.approx(1.0, abs=1e-4)
     with torch.no_grad(), patch_resid(ours, LAYERS, corrupt_cache):  # noised: none of it left
