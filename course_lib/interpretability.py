@@ -34,13 +34,36 @@ Intervening (context managers; interventions run before a :func:`capture` record
   ``(model, layer, source, positions=None)``: activation patching from the Cache of another
   input;
 - :func:`per_token_loss` ``(logits, idx)`` -> (B, T - 1): the loss of every prediction, to pair
-  an intervention with the clean run item by item.
+  an intervention with the clean run item by item;
+- :func:`logit_difference` ``(logits, right, wrong)`` -> (B,), :func:`fraction_recovered`
+  ``(patched, clean, corrupt)``, and :func:`patch_each_head` ``(model, idx, source, metric)``
+  -> (L, H): noising (a corrupt source into the clean run) and denoising (a clean source into
+  the corrupt run) on one normalised scale.
+
+Reading the weights and the output:
+
+- :func:`head_circuits` ``(model, layer, head)`` -> (W_QK, W_OV); :func:`composition_score`,
+  :func:`composition_scores` ``(model, kind)`` -> (H, H) ("Q", "K" or "V" composition), and
+  :func:`random_composition_scores`, the baseline unrelated heads score;
+  :func:`copying_scores` ``(model)`` -> (L, H): does a head's OV circuit copy the token it
+  attends to (W_E W_OV W_U)?
+- :func:`logit_attribution` ``(model, cache, right, wrong=None)`` -> :class:`LogitAttribution`:
+  each head's, attention layer's and MLP's direct share of a logit (difference).
+
+Hooks and TransformerLens's hook names (for students going on to ARENA): ``cache.resid[l]`` is
+``blocks.l.hook_resid_pre`` (the last, ``ln_final.hook_in``), ``cache.attention[l]`` is
+``blocks.l.attn.hook_pattern``, ``cache.z[l]`` is ``blocks.l.attn.hook_z``,
+``cache.head_outputs(l)`` is ``blocks.l.attn.hook_result`` (``stack_head_results``);
+:func:`ablate_heads` and :func:`patch_heads` write ``hook_z``, :func:`patch_resid` writes
+``hook_resid_pre``.
 
 Probing: :func:`probe` ``(features, labels, control_labels, test=None, seed=0, l2=1e-3,
 groups=None)`` -> :class:`ProbeResult`: logistic-regression probes (:func:`fit_linear_probe`)
 on a task and on Hewitt and Liang's (2019) control task (:func:`control_task`: each token type
-a random label), their test accuracies with n and 95% intervals, and the selectivity (task minus
-control accuracy, paired over the same test items; clustered by ``groups``, e.g. sequences).
+a random label), their test accuracies with n and 95% intervals, the majority baseline on the test items, balanced
+accuracies, and the selectivity (task minus control accuracy, paired over the same test items;
+clustered by ``groups``, e.g. sequences); :func:`balanced_selectivity` over several control
+seeds puts both sides on one floor.
 """
 
 from __future__ import annotations
@@ -56,6 +79,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .evaluation import PairedDifference, paired_difference, wilson_interval
+from .layers import LayerNorm
 from .model import GPT
 from .runtime import evaluating, model_device
 
@@ -431,6 +455,199 @@ def repeated_random_tokens(
 
 
 # --------------------------------------------------------------------------------------
+# Reading the weights
+# --------------------------------------------------------------------------------------
+
+COMPOSITIONS = ("Q", "K", "V")
+
+
+def _head_weights(model: GPT, layer: int, head: int) -> tuple[torch.Tensor, ...]:
+    """(W_q, W_k, W_v) (D, C) each and W_o (C, D) of one head; under grouped-query attention its
+    keys and values are those of the key/value head it reads."""
+    attn = _blocks(model)[_check_layer(layer, model.config.n_layers)].attn
+    head = _index(head, "head", attn.n_heads)
+    C, D = attn.d_model, attn.head_dim
+    kv = head // (attn.n_heads // attn.n_kv_heads)
+    W = attn.c_attn.weight.detach()  # (C + 2 Ckv, C): queries, keys, values
+    W_q = W[head * D : (head + 1) * D]
+    W_k = W[C + kv * D : C + (kv + 1) * D]
+    W_v = W[C + attn.kv_dim + kv * D : C + attn.kv_dim + (kv + 1) * D]
+    return W_q, W_k, W_v, attn.c_proj.weight.detach()[:, head * D : (head + 1) * D]
+
+
+def head_circuits(model: GPT, layer: int, head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(W_QK, W_OV)``, (C, C) each, of one head in the row-vector convention (Elhage et al.,
+    2021): its attention score is x_q W_QK x_k^T and what it writes is x W_OV. Read from the
+    weights alone: the norms, the biases and RoPE's rotation of queries and keys are left out."""
+    W_q, W_k, W_v, W_o = _head_weights(model, layer, head)
+    return W_q.T @ W_k, W_v.T @ W_o.T
+
+
+def composition_score(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a b||_F / (||a||_F ||b||_F): how much of what ``a`` writes ``b`` reads (Elhage et al.,
+    2021). Unrelated matrices score above 0 too: compare with :func:`random_composition_scores`."""
+    return float((a.float() @ b.float()).norm() / (a.float().norm() * b.float().norm()))
+
+
+def composition_scores(model: GPT, kind: str, earlier: int = 0, later: int = 1) -> torch.Tensor:
+    """(H, H): the ``kind`` ("Q", "K" or "V") composition score of every head of layer
+    ``earlier`` (rows) into every head of layer ``later`` (columns): whether the later head's
+    queries, keys or values read what the earlier head's OV circuit writes (TransformerLens's
+    ``all_composition_scores``)."""
+    if kind not in COMPOSITIONS:
+        raise ValueError(f"unknown composition {kind!r}; choose one of {', '.join(COMPOSITIONS)}")
+    H = model.config.n_heads
+    scores = torch.zeros(H, H)
+    for h0 in range(H):
+        ov0 = head_circuits(model, earlier, h0)[1]
+        for h1 in range(H):
+            qk1, ov1 = head_circuits(model, later, h1)
+            reader = {"Q": qk1, "K": qk1.T, "V": ov1}[kind]
+            scores[h0, h1] = composition_score(ov0, reader)
+    return scores
+
+
+def random_composition_scores(d_model: int, head_dim: int, n: int, generator: torch.Generator) -> torch.Tensor:
+    """(n,): the composition scores of ``n`` pairs of unrelated random matrices shaped like two
+    heads' circuits, each (C, C) of rank ``head_dim``, the product of two (C, D) Gaussian factors.
+    The baseline a composition score must beat: it is about 1 / sqrt(C), not 0."""
+    factors = torch.randn(4, n, d_model, head_dim, generator=generator)  # (4, n, C, D)
+    a = factors[0] @ factors[1].transpose(1, 2)  # (n, C, C)
+    b = factors[2] @ factors[3].transpose(1, 2)
+    return (a @ b).norm(dim=(1, 2)) / (a.norm(dim=(1, 2)) * b.norm(dim=(1, 2)))
+
+
+@torch.no_grad()
+def copying_scores(model: GPT) -> torch.Tensor:
+    """(L, H): Olsson et al.'s (2022) copying score of each head, from its full OV circuit
+    W_E W_OV W_U (V, V): the sum of its eigenvalues over the sum of their absolute values. Near
+    +1, a token the head attends to raises its own logit (the head copies); near -1 it lowers it.
+    An induction head must match the prefix (:func:`induction_scores`) **and** copy. From the
+    weights alone (norms left out); the eigenvalues are those of the small (D, D) product
+    W_o^T W_U W_E W_v^T, the nonzero ones of the (V, V) circuit."""
+    W_E = model.transformer.wte.weight.detach().float()  # (V, C)
+    W_U = model.lm_head.weight.detach().float().T  # (C, V)
+    through = W_U @ W_E  # (C, C): unembed what was embedded
+    L, H = model.config.n_layers, model.config.n_heads
+    scores = torch.zeros(L, H)
+    for layer in range(L):
+        for head in range(H):
+            _, _, W_v, W_o = _head_weights(model, layer, head)
+            eigenvalues = torch.linalg.eigvals(W_o.float().T @ through @ W_v.float().T)  # (D,)
+            scores[layer, head] = eigenvalues.sum().real / eigenvalues.abs().sum()
+    return scores
+
+
+# --------------------------------------------------------------------------------------
+# Direct logit attribution
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogitAttribution:
+    """What each part of the model adds directly to a logit (or a logit difference) at one
+    position, (B,) per item: the embeddings, each head (``heads`` (L, H, B)), each attention
+    layer (its heads plus its output bias, (L, B)), each MLP ((L, B)) and the final norm's bias.
+    They add up to the logit exactly (``total``)."""
+
+    embeddings: torch.Tensor
+    heads: torch.Tensor
+    attention: torch.Tensor
+    mlp: torch.Tensor
+    norm_bias: torch.Tensor
+
+    @property
+    def total(self) -> torch.Tensor:
+        """(B,): the sum of every part: the model's logit (difference)."""
+        return self.embeddings + self.attention.sum(dim=0) + self.mlp.sum(dim=0) + self.norm_bias
+
+
+@torch.no_grad()
+def logit_attribution(model: GPT, cache: Cache, right, wrong=None, position: int = -1) -> LogitAttribution:
+    """Direct logit attribution: the residual stream at ``position`` is a sum of what the
+    embeddings, every head and every MLP wrote; the final norm divides the whole by one scale
+    (taken from this run, so it is linear in each part) and the LM head reads it. Each part's
+    share of the logit of ``right`` (B,) (minus that of ``wrong`` (B,), when given: a logit
+    difference) is that part read alone. "Direct": what a part changes through later layers is
+    not counted; only an intervention measures that."""
+    if len(cache.resid) != model.config.n_layers + 1:
+        n = model.config.n_layers + 1
+        raise ValueError(f"the cache holds {len(cache.resid)} residual streams, the model needs {n}")
+    if not model.config.pre_norm:
+        raise ValueError("logit attribution reads a pre-norm model's residual stream, a sum of what each part wrote")
+    B = cache.resid[0].shape[0]
+    resid = [r[:, position].float() for r in cache.resid]  # L + 1 of (B, C)
+    W_U = model.lm_head.weight.detach().float()  # (V, C)
+    right = torch.as_tensor(right, device=W_U.device).long().expand(B)
+    direction = W_U[right]  # (B, C)
+    if wrong is not None:
+        direction = direction - W_U[torch.as_tensor(wrong, device=W_U.device).long().expand(B)]
+    norm = model.transformer.ln_f
+    centred = isinstance(norm, LayerNorm)
+    final = resid[-1]
+    if centred:
+        scale = torch.sqrt(final.var(dim=-1, unbiased=False) + norm.eps)  # (B,)
+    else:
+        scale = torch.sqrt(final.pow(2).mean(dim=-1) + norm.eps)
+    reader = direction * norm.weight.detach().float() / scale[:, None]  # (B, C)
+
+    def read(x):  # (..., B, C) -> (..., B)
+        if centred:
+            x = x - x.mean(dim=-1, keepdim=True)
+        return (x * reader).sum(dim=-1)
+
+    heads, attention, mlp = [], [], []
+    for layer, block in enumerate(_blocks(model)):
+        outputs = cache.head_outputs(layer)[:, position].float()  # (B, H, C)
+        bias = block.attn.c_proj.bias
+        written = outputs.sum(dim=1) + (0.0 if bias is None else bias.detach().float())  # (B, C)
+        heads.append(read(outputs.transpose(0, 1)))  # (H, B)
+        attention.append(read(written))
+        mlp.append(read(resid[layer + 1] - resid[layer] - written))
+    norm_bias = torch.zeros(B) if getattr(norm, "bias", None) is None else direction @ norm.bias.detach().float()
+    return LogitAttribution(read(resid[0]), torch.stack(heads), torch.stack(attention), torch.stack(mlp), norm_bias)
+
+
+# --------------------------------------------------------------------------------------
+# Patching, measured
+# --------------------------------------------------------------------------------------
+
+
+def logit_difference(logits: torch.Tensor, right, wrong, position=-1) -> torch.Tensor:
+    """The logit of ``right`` minus that of ``wrong`` at ``position``: (B,) for one position,
+    with ids (B,) or one for all; (B, P) for a list of P positions, with ids (B, P). A measure of
+    the answer that ignores everything else the output does."""
+    at = logits[:, position].float()  # (B, V) or (B, P, V)
+    right = torch.as_tensor(right, device=at.device).long().expand(at.shape[:-1])
+    wrong = torch.as_tensor(wrong, device=at.device).long().expand(at.shape[:-1])
+    return at.gather(-1, right[..., None])[..., 0] - at.gather(-1, wrong[..., None])[..., 0]
+
+
+def fraction_recovered(patched, clean, corrupt):
+    """(patched − corrupt) / (clean − corrupt): where a patched run's measure lies between the
+    corrupt run (0) and the clean run (1). Denoising (a clean activation patched into the corrupt
+    run) near 1: that activation alone suffices to restore the behaviour. Noising (a corrupt
+    activation into the clean run) near 0: the behaviour needs it."""
+    return (patched - corrupt) / (clean - corrupt)
+
+
+@torch.no_grad()
+def patch_each_head(model: GPT, idx: torch.Tensor, source: Cache, metric, positions=None) -> torch.Tensor:
+    """(L, H, ...): ``metric(logits)`` (a number, or a tensor such as one value per item) of a
+    run on ``idx`` with each head in turn patched from ``source`` (at ``positions``), as
+    TransformerLens's ``get_act_patch_attn_head_out_all_pos``. Denoising: ``idx`` the corrupt
+    input, ``source`` the clean run's Cache; noising: the reverse."""
+    L, H = model.config.n_layers, model.config.n_heads
+    rows = []
+    with evaluating(model):
+        for layer in range(L):
+            for head in range(H):
+                with patch_heads(model, [(layer, head)], source, positions):
+                    rows.append(torch.as_tensor(metric(model(idx))).detach().float().cpu())
+    return torch.stack(rows).view(L, H, *rows[0].shape)
+
+
+# --------------------------------------------------------------------------------------
 # Probing with a control task
 # --------------------------------------------------------------------------------------
 
@@ -462,6 +679,8 @@ class ProbeResult:
     task_correct: list[int]
     control_correct: list[int]
     groups: list[int] | None = None
+    task_labels: list[int] | None = None
+    control_labels: list[int] | None = None
 
     @property
     def n(self) -> int:
@@ -502,6 +721,43 @@ class ProbeResult:
         given): the probe is selective only where its interval lies above 0."""
         return paired_difference(self.task_correct, self.control_correct, clusters=self.groups)
 
+    @property
+    def majority_accuracy(self) -> float:
+        """What always guessing the test items' most common task label scores on them: the
+        floor a task accuracy must beat (the control task's floor differs: see
+        :meth:`balanced_accuracy`)."""
+        labels = self._labels("task")
+        return max(labels.count(y) for y in set(labels)) / self.n
+
+    def _labels(self, which: str) -> list[int]:
+        labels = {"task": self.task_labels, "control": self.control_labels}[which]
+        if labels is None:
+            raise ValueError("this result holds no labels of its test items: make it with probe()")
+        return labels
+
+    def balanced_items(self, which: str = "task") -> list[float]:
+        """Each test item's share of the balanced accuracy of the ``which`` ("task" or
+        "control") probe: right answers weighted by n / (classes * items of their class), so
+        that their mean is the mean recall over the classes."""
+        correct = {"task": self.task_correct, "control": self.control_correct}[which]
+        labels = self._labels(which)
+        counts = {y: labels.count(y) for y in set(labels)}
+        return [c * self.n / (len(counts) * counts[y]) for c, y in zip(correct, labels)]
+
+    def balanced_accuracy(self, which: str = "task") -> tuple[float, tuple[float, float]]:
+        """The mean over classes of the share of each class's items the probe gets right, with
+        its 95% interval (clustered by group when given). Guessing one class, or at random,
+        scores 0.5 with two classes whatever their balance: task and control share this floor."""
+        items = self.balanced_items(which)
+        above = paired_difference(items, [0.0] * self.n, clusters=self.groups)
+        return above.difference, (above.low, above.high)
+
+    @property
+    def balanced_selectivity(self) -> PairedDifference:
+        """Balanced task minus balanced control accuracy, paired over the items: selectivity
+        with one floor on both sides (:func:`balanced_selectivity`)."""
+        return balanced_selectivity([self])
+
     def __str__(self) -> str:
         (tl, th), (cl, ch) = self.task_interval, self.control_interval
         units = f"n = {self.n}" if self.groups is None else f"n = {self.n} items in {self.n_groups} groups"
@@ -509,6 +765,26 @@ class ProbeResult:
             f"task {self.task_accuracy:.3f} [{tl:.2f}, {th:.2f}], control {self.control_accuracy:.3f} "
             f"[{cl:.2f}, {ch:.2f}] ({units}); selectivity {self.selectivity}"
         )
+
+
+def balanced_selectivity(results: Sequence[ProbeResult]) -> PairedDifference:
+    """Selectivity on a shared floor: the balanced task accuracy minus the balanced control
+    accuracy, the control averaged over several control tasks (one per seed of
+    :func:`control_task`, scored on the same test items), paired over the items and clustered
+    by group when given. Plain accuracies have different floors when the control's labels are
+    spread over the types differently from the task's (always guessing the commonest label scores
+    differently on the two), so their difference mixes floors with selectivity; one control seed
+    is one draw of the types' labels."""
+    if not results:
+        raise ValueError("no probe results")
+    first = results[0]
+    for other in results[1:]:
+        if other.task_correct != first.task_correct or other.groups != first.groups:
+            raise ValueError("the results must share one task probe and its test items (vary only the control seed)")
+    task = first.balanced_items("task")
+    controls = [r.balanced_items("control") for r in results]
+    control = [sum(values) / len(values) for values in zip(*controls)]
+    return paired_difference(task, control, clusters=first.groups)
 
 
 def fit_linear_probe(
@@ -589,10 +865,11 @@ def probe(
     train, test = (~test).to(x.device), test.to(x.device)
     mean, spread = x[train].mean(dim=0), x[train].std(dim=0).clamp(min=1e-6)
     x = (x - mean) / spread  # (N, C)
-    correct = []
+    correct, truth = [], []
     for y in (labels, control_labels):
         y = y.long().to(x.device)
         linear = fit_linear_probe(x[train], y[train], int(y.max()) + 1, l2)
         correct.append((linear(x[test]).argmax(dim=-1) == y[test]).long().tolist())
+        truth.append(y[test].tolist())
     test_groups = None if groups is None else groups[test.cpu()].tolist()
-    return ProbeResult(correct[0], correct[1], test_groups)
+    return ProbeResult(correct[0], correct[1], test_groups, truth[0], truth[1])

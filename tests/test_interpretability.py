@@ -17,8 +17,11 @@ import transformers
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
+from transformer_lens.FactoredMatrix import FactoredMatrix
 from transformer_lens.head_detector import detect_head
 from transformer_lens.model_bridge import TransformerBridge
+from transformer_lens.patching import get_act_patch_attn_head_out_all_pos
+from transformer_lens.utilities.matrix import composition_scores as composition_scores_tl
 
 from course_lib import interpretability as interp
 from course_lib.evaluation import t_quantile, wilson_interval
@@ -26,20 +29,31 @@ from course_lib.interpretability import (
     Cache,
     ProbeResult,
     ablate_heads,
+    balanced_selectivity,
     capture,
+    composition_score,
+    composition_scores,
     control_task,
+    copying_scores,
     fit_linear_probe,
+    fraction_recovered,
+    head_circuits,
     head_means,
     induction_scores,
+    logit_attribution,
+    logit_difference,
     logit_lens,
+    patch_each_head,
     patch_heads,
     patch_resid,
     per_token_loss,
     previous_token_scores,
     probe,
+    random_composition_scores,
     repeated_random_tokens,
     run_with_cache,
 )
+from course_lib.layers import LayerNorm, RMSNorm
 from course_lib.model import GPT, GPTConfig
 from course_lib.pretrained import load_gpt2_state_dict, load_llama_state_dict
 from course_lib.training import lm_loss
@@ -173,6 +187,8 @@ def test_ablation_matches_transformer_lens(pair, how):
     idx, reference = ids(3), ids(4, batch=5)
     heads = [(0, 1), (1, 0), (1, 3)]
     means = head_means(ours, reference) if how == "mean" else None
+    with torch.no_grad():
+        clean = ours(idx)  # before the ablation: the run it must leave the model to
     with torch.no_grad(), ablate_heads(ours, heads, how, means):
         ablated = ours(idx)
     with torch.no_grad():
@@ -185,10 +201,10 @@ def test_ablation_matches_transformer_lens(pair, how):
             return z
 
         theirs = bridge.run_with_hooks(idx, fwd_hooks=[(f"blocks.{layer}.attn.hook_z", hook) for layer in (0, 1)])
-        clean = ours(idx)
+        after = ours(idx)
     torch.testing.assert_close(ablated, theirs, **CLOSE)
     assert (ablated - clean).abs().max() > 1e-3  # the ablation did something
-    torch.testing.assert_close(ours(idx), clean)  # and is gone
+    assert torch.equal(after, clean) and no_hooks_left(ours)  # and is gone
 
 
 def test_patching_matches_transformer_lens(pair):
@@ -206,6 +222,21 @@ def test_patching_matches_transformer_lens(pair):
 
         theirs = bridge.run_with_hooks(clean, fwd_hooks=[("blocks.1.attn.hook_z", heads_hook)])
         torch.testing.assert_close(patched, theirs, **CLOSE)
+
+        with patch_heads(ours, [(0, 1), (1, 2)], source, positions=[4, 7]):
+            patched = ours(clean)
+
+        def positions_hook(z, hook):
+            head = 1 if hook.name.startswith("blocks.0") else 2
+            z[:, [4, 7], head] = their_source[hook.name][:, [4, 7], head]
+            return z
+
+        hooks = [(f"blocks.{layer}.attn.hook_z", positions_hook) for layer in (0, 1)]
+        theirs = bridge.run_with_hooks(clean, fwd_hooks=hooks)
+        torch.testing.assert_close(patched, theirs, **CLOSE)
+        unpatched = ours(clean)
+        torch.testing.assert_close(patched[:, :4], unpatched[:, :4])  # before position 4 nothing changed
+        assert (patched[:, 4:] - unpatched[:, 4:]).abs().amax(dim=-1).min() > 0  # from 4 on, all did
 
         with patch_resid(ours, 1, source, positions=[4, 7]):
             patched = ours(clean)
@@ -236,6 +267,122 @@ def test_scores_match_the_transformer_lens_head_detector():
     assert induction.max() - induction.min() > 0.05  # the heads differ
     torch.testing.assert_close(detect_head(bridge, text, "induction_head"), induction * P / T, **CLOSE)
     torch.testing.assert_close(detect_head(bridge, text, "previous_token_head"), previous * (T - 1) / T, **CLOSE)
+
+
+def test_copying_scores_match_transformer_lens(pair):
+    """Olsson et al.'s copying score: the eigenvalues of W_E W_OV W_U, TransformerLens's
+    FactoredMatrix (unprocessed weights on both sides: no norm folded in)."""
+    ours, bridge = pair
+    with torch.no_grad():
+        eigenvalues = (bridge.W_E @ bridge.OV @ bridge.W_U).eigenvalues  # (L, H, D)
+    theirs = (eigenvalues.sum(dim=-1) / eigenvalues.abs().sum(dim=-1)).real
+    scores = copying_scores(ours)
+    assert scores.shape == (LAYERS, HEADS) and scores.std() > 0.01
+    torch.testing.assert_close(scores, theirs.float(), atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("kind", ["Q", "K", "V"])
+def test_composition_scores_match_transformer_lens(pair, kind):
+    ours, bridge = pair
+    with torch.no_grad():
+        theirs = bridge.all_composition_scores(kind)[0, :, 1, :]  # (H, H): layer 0 into layer 1
+    scores = composition_scores(ours, kind)
+    assert scores.shape == (HEADS, HEADS)
+    torch.testing.assert_close(scores, torch.as_tensor(theirs).float(), **CLOSE)
+    W_QK, W_OV = head_circuits(ours, 1, 2)
+    torch.testing.assert_close(W_QK, bridge.QK[1, 2].AB.detach(), **CLOSE)
+    torch.testing.assert_close(W_OV, bridge.OV[1, 2].AB.detach(), **CLOSE)
+
+
+def test_random_composition_scores_are_the_baseline():
+    """Unrelated heads score about 1 / sqrt(C) (0.125 at C = 64), not 0; each score is
+    TransformerLens's composition score of the same two factored matrices."""
+    scores = random_composition_scores(64, 16, 400, torch.Generator().manual_seed(0))
+    assert scores.shape == (400,) and abs(scores.mean() - 1 / math.sqrt(64)) < 0.01
+    factors = torch.randn(4, 64, 16, generator=torch.Generator().manual_seed(1))
+    a, b = factors[0] @ factors[1].T, factors[2] @ factors[3].T
+    theirs = composition_scores_tl(FactoredMatrix(factors[0], factors[1].T), FactoredMatrix(factors[2], factors[3].T))
+    assert composition_score(a, b) == pytest.approx(float(theirs), rel=1e-4)
+
+
+def test_logit_attribution_matches_transformer_lens(pair):
+    ours, bridge = pair
+    idx, right, wrong = ids(12), torch.tensor([3, 50, 7]), torch.tensor([9, 2, 60])
+    logits, cache = run_with_cache(ours, idx)
+    parts = logit_attribution(ours, cache, right, wrong)
+    torch.testing.assert_close(parts.total, logit_difference(logits, right, wrong), **CLOSE)
+    with torch.no_grad():
+        _, theirs = bridge.run_with_cache(idx)
+        heads = theirs.stack_head_results(layer=-1, pos_slice=-1)  # (L * H, B, C)
+        their_heads = theirs.logit_attrs(heads, tokens=right, incorrect_tokens=wrong, pos_slice=-1)
+        stack, labels = theirs.decompose_resid(layer=-1, pos_slice=-1, return_labels=True)  # embeddings, attn, mlp
+        their_parts = dict(zip(labels, theirs.logit_attrs(stack, tokens=right, incorrect_tokens=wrong, pos_slice=-1)))
+    torch.testing.assert_close(parts.heads.flatten(0, 1), their_heads, **CLOSE)
+    embeddings = their_parts["embed"] + their_parts.get("pos_embed", 0)
+    torch.testing.assert_close(parts.embeddings, embeddings, **CLOSE)
+    for layer in range(LAYERS):
+        torch.testing.assert_close(parts.attention[layer], their_parts[f"{layer}_attn_out"], **CLOSE)
+        torch.testing.assert_close(parts.mlp[layer], their_parts[f"{layer}_mlp_out"], **CLOSE)
+
+
+@pytest.mark.parametrize("builder", list(BUILDERS))
+def test_logit_attribution_adds_up_to_the_logit(builder):
+    """With norm gains and biases that are not 1 and 0 (which TransformerLens would fold away),
+    the parts still add up to the logit, of one token or of a difference."""
+    _, model = BUILDERS[builder]()
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, (LayerNorm, RMSNorm)):
+                module.weight.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(2))
+                if getattr(module, "bias", None) is not None:
+                    module.bias.normal_(0, 0.3, generator=torch.Generator().manual_seed(3))
+    idx = ids(13)
+    logits, cache = run_with_cache(model, idx)
+    one = logit_attribution(model, cache, 5, position=4)
+    torch.testing.assert_close(one.total, logits[:, 4, 5], **CLOSE)
+    assert one.heads.shape == (LAYERS, HEADS, 3) and one.mlp.shape == one.attention.shape == (LAYERS, 3)
+    difference = logit_attribution(model, cache, torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))
+    torch.testing.assert_close(difference.total, logit_difference(logits, [1, 2, 3], [4, 5, 6]), **CLOSE)
+    right, wrong = torch.randint(0, V, (2, 3, 2), generator=torch.Generator().manual_seed(4))  # (B, P) each
+    at_two = logit_difference(logits, right, wrong, position=[2, 6])  # (B, P)
+    assert at_two.shape == (3, 2)
+    torch.testing.assert_close(
+        at_two[:, 1], logits[:, 6].gather(1, right[:, 1:]).squeeze(1) - logits[:, 6].gather(1, wrong[:, 1:]).squeeze(1)
+    )
+
+
+def test_head_patching_matches_transformer_lens(pair):
+    """Denoising (each head of the clean run patched into the corrupt run) and noising (the
+    reverse), head by head, against TransformerLens's patching sweep, on one normalised scale."""
+    ours, bridge = pair
+    clean, corrupt = ids(14), ids(15)
+    clean_logits, clean_cache = run_with_cache(ours, clean)
+    corrupt_logits, corrupt_cache = run_with_cache(ours, corrupt)
+    right, wrong = clean_logits[:, -1].argmax(dim=-1), corrupt_logits[:, -1].argmax(dim=-1)  # each run's answer
+
+    def metric(logits):
+        return logit_difference(logits, right, wrong).mean()
+
+    denoised = patch_each_head(ours, corrupt, clean_cache, metric)
+    noised = patch_each_head(ours, clean, corrupt_cache, metric)
+    with torch.no_grad():
+        _, their_clean = bridge.run_with_cache(clean)
+        _, their_corrupt = bridge.run_with_cache(corrupt)
+        their_denoised = get_act_patch_attn_head_out_all_pos(bridge, corrupt, their_clean, metric)
+        their_noised = get_act_patch_attn_head_out_all_pos(bridge, clean, their_corrupt, metric)
+    torch.testing.assert_close(denoised, their_denoised.float(), **CLOSE)
+    torch.testing.assert_close(noised, their_noised.float(), **CLOSE)
+    high, low = metric(clean_logits), metric(corrupt_logits)
+    assert high - low > 0.1
+    recovered = fraction_recovered(denoised, high, low)
+    assert recovered.shape == (LAYERS, HEADS) and (recovered - fraction_recovered(noised, high, low)).abs().max() > 0
+    per_item = patch_each_head(ours, corrupt, clean_cache, lambda logits: logit_difference(logits, right, wrong))
+    assert per_item.shape == (LAYERS, HEADS, 3)
+    torch.testing.assert_close(per_item.mean(dim=-1), denoised, **CLOSE)
+    with torch.no_grad(), patch_resid(ours, LAYERS, clean_cache):  # the last residual stream denoised: all of it
+        assert float(fraction_recovered(metric(ours(corrupt)), high, low)) == pytest.approx(1.0, abs=1e-4)
+    with torch.no_grad(), patch_resid(ours, LAYERS, corrupt_cache):  # noised: none of it left
+        assert float(fraction_recovered(metric(ours(clean)), high, low)) == pytest.approx(0.0, abs=1e-4)
 
 
 # -- by hand ----------------------------------------------------------------------------------
@@ -554,6 +701,11 @@ def test_probe_separates_information_from_memorisation():
     assert result.selectivity.low > 0.2 and result.selectivity.n == result.n
     assert result.task_accuracy - result.control_accuracy == pytest.approx(result.selectivity.difference)
     assert "selectivity" in str(result)
+    # on one floor: balanced accuracies, the control at chance on unseen types
+    assert len(result.task_labels) == len(result.control_labels) == result.n
+    assert result.majority_accuracy == max(result.task_labels.count(y) for y in (0, 1)) / result.n
+    assert result.balanced_accuracy("task")[0] > 0.9 and abs(result.balanced_accuracy("control")[0] - 0.5) < 0.15
+    assert result.balanced_selectivity.low > 0.2
     with pytest.raises(ValueError, match="must agree"):
         probe(features, labels[:-1], control)
     with pytest.raises(ValueError, match="both training and test items"):
@@ -575,6 +727,23 @@ def test_probe_results_by_hand():
     assert grouped.selectivity.difference == 0.5 and grouped.selectivity.n == 6
     assert grouped.selectivity.low == grouped.selectivity.high == 0.5  # every sequence differs by exactly 1/2
     assert "6 items in 3 groups" in str(grouped)
+
+
+def test_balanced_accuracy_and_selectivity_by_hand():
+    """Task labels 0, 0, 1, 0: always guessing 0 scores 3/4, a balanced accuracy of 1/2."""
+    seed0 = ProbeResult([1, 1, 0, 1], [0, 1, 0, 0], task_labels=[0, 0, 1, 0], control_labels=[1, 0, 0, 0])
+    assert seed0.majority_accuracy == 0.75 and seed0.task_accuracy == 0.75
+    assert seed0.balanced_accuracy("task")[0] == pytest.approx(0.5)  # recall 1 on class 0, 0 on class 1
+    assert seed0.balanced_accuracy("control")[0] == pytest.approx(1 / 6)  # recall 0 and 1/3
+    assert seed0.balanced_selectivity.difference == pytest.approx(0.5 - 1 / 6)
+    # a second control seed (recall 1 and 0: 1/2) on the same items: the control is their mean, 1/3
+    seed1 = ProbeResult([1, 1, 0, 1], [1, 1, 1, 0], task_labels=[0, 0, 1, 0], control_labels=[0, 0, 0, 1])
+    both = balanced_selectivity([seed0, seed1])
+    assert both.difference == pytest.approx(0.5 - 1 / 3) and both.n == 4
+    with pytest.raises(ValueError, match="share one task probe"):
+        balanced_selectivity([seed0, ProbeResult([0, 1, 0, 1], [1, 1, 1, 0], None, [0, 0, 1, 0], [0, 0, 0, 1])])
+    with pytest.raises(ValueError, match="no labels"):
+        ProbeResult([1], [1]).majority_accuracy
 
 
 def test_probe_keeps_a_group_on_one_side():
