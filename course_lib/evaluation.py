@@ -20,7 +20,7 @@ And the statistics every chapter compares with, built so that the obvious call i
 - whether a gain differs between two groups: :func:`contrast`, one interval, not two tests;
 - several systems: :func:`compare_family`, a family declared before looking, Holm-adjusted;
 - recipes rather than runs: :func:`recipe_difference` over seeds (the seeds counted as drawn),
-  :func:`seeds_power`, :func:`outside_range_probability`;
+  :func:`compare_recipes` for a family of them, :func:`seeds_power`, :func:`outside_range_probability`;
 - how many items a difference needs: :func:`items_needed` (the exact test's power,
   :func:`mcnemar_power`), planned from the smallest difference worth finding.
 
@@ -545,16 +545,22 @@ def compare_family(
     method a chapter set out to beat, never the one that came out best or worst: choosing the
     comparator from the results raises the chance of a false claim above the 5% Holm promises).
     Each comparison is a :func:`paired_difference`; the p-values are adjusted by :func:`holm`."""
-    names = list(scores)
+    pairs, declared = _declared_pairs(list(scores), baseline)
+    differences = {(a, b): paired_difference(scores[a], scores[b], clusters, level) for a, b in pairs}
+    return _family(differences, declared, level)
+
+
+def _declared_pairs(names: list[str], baseline: str | None) -> tuple[list[tuple[str, str]], str]:
     if len(names) < 2:
         raise ValueError(f"a family needs at least 2 systems, got {names}")
     if baseline is None:
-        pairs, declared = list(combinations(names, 2)), "all pairs"
-    elif baseline not in scores:
+        return list(combinations(names, 2)), "all pairs"
+    if baseline not in names:
         raise ValueError(f"the baseline {baseline!r} is not among the systems {names}")
-    else:
-        pairs, declared = [(name, baseline) for name in names if name != baseline], f"each against {baseline}"
-    differences = {(a, b): paired_difference(scores[a], scores[b], clusters, level) for a, b in pairs}
+    return [(name, baseline) for name in names if name != baseline], f"each against {baseline}"
+
+
+def _family(differences: dict[tuple[str, str], PairedDifference], declared: str, level: float) -> Family:
     adjusted = dict(zip(differences, holm([d.p_value for d in differences.values()])))
     return Family(differences, adjusted, declared, level)
 
@@ -646,6 +652,18 @@ def recipe_difference(
         raise ValueError(f"a recipe comparison needs at least 2 seeds of each, got {len(seeds_a)} and {len(seeds_b)}")
     recipes = _welch(seeds_a, seeds_b, level, "Welch t on run means")
     return RecipeDifference(recipes, these_runs, seeds_a, seeds_b)
+
+
+def compare_recipes(
+    runs: dict[str, Sequence[Sequence[float]]], baseline: str | None = None, level: float = 0.95
+) -> Family:
+    """:func:`compare_family` for recipes: ``runs[name]`` holds each seed's scores of that recipe
+    on the same items, and each comparison is the recipe verdict of :func:`recipe_difference`
+    (Welch's t on run means, the seeds counted as drawn), Holm-adjusted over the declared family
+    (every pair, or each against a ``baseline`` named in advance)."""
+    pairs, declared = _declared_pairs(list(runs), baseline)
+    differences = {(a, b): recipe_difference(runs[a], runs[b], level=level).recipes for a, b in pairs}
+    return _family(differences, f"{declared} of recipes, seeds drawn", level)
 
 
 def _chi_square_mean(f: Callable[[float], float], df: int, steps: int = 2000) -> float:

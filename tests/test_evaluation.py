@@ -13,6 +13,7 @@ from course_lib.evaluation import (
     areas_named,
     clustered_difference,
     compare_family,
+    compare_recipes,
     contrast,
     exact_match,
     has_expected_form,
@@ -472,6 +473,23 @@ def test_a_recipe_difference_is_welch_on_run_means_and_keeps_the_item_interval(s
     assert f"B {min(means_b):.3f} to {max(means_b):.3f} ({len(runs_b)} seeds)" in lines[2]
     with pytest.raises(ValueError, match="at least 2 seeds of each"):
         recipe_difference(runs_a[:1], runs_b)
+
+
+def test_a_family_of_recipes_is_holm_over_their_recipe_verdicts():
+    from statsmodels.stats.multitest import multipletests
+
+    rng = random.Random(12)
+    ease = [rng.uniform(0.2, 0.8) for _ in range(100)]
+    runs = {name: _runs(rng, ease, shift, 0.02, 3) for name, shift in (("none", 0.0), ("rope", 0.1), ("alibi", 0.02))}
+    family = compare_recipes(runs)
+    assert list(family.differences) == [("none", "rope"), ("none", "alibi"), ("rope", "alibi")]
+    for (a, b), d in family.differences.items():
+        assert d == recipe_difference(runs[a], runs[b]).recipes
+    p = [d.p_value for d in family.differences.values()]
+    assert list(family.adjusted.values()) == pytest.approx(list(multipletests(p, method="holm")[1]))
+    assert str(family).startswith("all pairs of recipes, seeds drawn (A - B): 3 comparisons, 95% intervals")
+    against = compare_recipes(runs, baseline="none", level=0.9)
+    assert list(against.differences) == [("rope", "none"), ("alibi", "none")] and against.level == 0.9
 
 
 def test_two_identical_recipes_are_told_apart_at_the_nominal_rate():
