@@ -644,13 +644,25 @@ def recipe_difference(
     on the same items: Welch's t on the runs' mean scores is the verdict about the recipes; the
     per-item means over each recipe's seeds (:func:`per_item_mean`), compared by
     :func:`paired_difference` (by module, cluster, ... with ``clusters``), say how these runs
-    differ (:class:`RecipeDifference`). One run per recipe says only whether those two runs differ."""
+    differ (:class:`RecipeDifference`). One run per recipe says only whether those two runs differ.
+
+    One side may be a single *fixed* model rather than a recipe: the checkpoint every run of the
+    other started from is the same model whatever the seed. Against it the verdict is a one-sample
+    t on the other recipe's run means minus its score (seeds − 1 df)."""
     seeds_a = tuple(sum(r) / len(r) for r in runs_a)
     seeds_b = tuple(sum(r) / len(r) for r in runs_b)
     these_runs = paired_difference(per_item_mean(runs_a), per_item_mean(runs_b), clusters, level)
-    if len(seeds_a) < 2 or len(seeds_b) < 2:
-        raise ValueError(f"a recipe comparison needs at least 2 seeds of each, got {len(seeds_a)} and {len(seeds_b)}")
-    recipes = _welch(seeds_a, seeds_b, level, "Welch t on run means")
+    if max(len(seeds_a), len(seeds_b)) < 2 or min(len(seeds_a), len(seeds_b)) < 1:
+        raise ValueError(f"a recipe comparison needs at least 2 seeds of one, got {len(seeds_a)} and {len(seeds_b)}")
+    if min(len(seeds_a), len(seeds_b)) == 1:  # one side is one fixed model
+        shifts = [a - b for a in seeds_a for b in seeds_b]
+        mean, variance = _mean_variance(shifts)
+        k = len(shifts)
+        recipes = _t_result(
+            mean, math.sqrt(variance / k), k - 1, k + 1, level, f"t on run means against one model, {k - 1} df"
+        )
+    else:
+        recipes = _welch(seeds_a, seeds_b, level, "Welch t on run means")
     return RecipeDifference(recipes, these_runs, seeds_a, seeds_b)
 
 

@@ -471,8 +471,25 @@ def test_a_recipe_difference_is_welch_on_run_means_and_keeps_the_item_interval(s
     assert lines[0] == f"recipes (seeds drawn): {result.recipes}"
     assert lines[1] == f"these runs (items drawn, seeds fixed): {result.these_runs}"
     assert f"B {min(means_b):.3f} to {max(means_b):.3f} ({len(runs_b)} seeds)" in lines[2]
-    with pytest.raises(ValueError, match="at least 2 seeds of each"):
-        recipe_difference(runs_a[:1], runs_b)
+    with pytest.raises(ValueError, match="at least 2 seeds of one"):
+        recipe_difference(runs_a[:1], runs_b[:1])
+
+
+def test_a_recipe_against_one_fixed_model_is_a_one_sample_t_on_its_run_means():
+    from scipy import stats
+
+    rng = random.Random(13)
+    ease = [rng.uniform(0.2, 0.8) for _ in range(120)]
+    start, runs = _runs(rng, ease, 0.0, 0.0, 1), _runs(rng, ease, 0.08, 0.03, 3)
+    result = recipe_difference(runs, start)
+    means, fixed = [sum(r) / 120 for r in runs], sum(start[0]) / 120
+    expected = stats.ttest_1samp(means, fixed)
+    assert result.recipes.p_value == pytest.approx(expected.pvalue, rel=1e-6)
+    assert result.recipes.difference == pytest.approx(sum(means) / 3 - fixed)
+    assert result.recipes.interval == "t on run means against one model, 2 df"
+    flipped = recipe_difference(start, runs)
+    assert flipped.recipes.difference == pytest.approx(-result.recipes.difference)
+    assert flipped.recipes.p_value == pytest.approx(result.recipes.p_value)
 
 
 def test_a_family_of_recipes_is_holm_over_their_recipe_verdicts():
