@@ -104,6 +104,27 @@ def docstring_facts() -> list[tuple[str, str, int]]:
     return [(name, sentence, label) for name, sentence, label in python_docs()["docstrings"]]
 
 
+def module_of(name: str) -> str:
+    """The module of :data:`DOCSTRING_AREAS` a qualified name belongs to, the longest that
+    prefixes it: ``"http.client.HTTPConnection.close()"`` is in ``http.client``, not ``http``."""
+    modules = [m for area in DOCSTRING_AREAS.values() for m in area if name == m or name.startswith(m + ".")]
+    if not modules:
+        raise ValueError(f"{name!r} is in none of the modules of DOCSTRING_AREAS")
+    return max(modules, key=len)
+
+
+def docstring_modules() -> dict[str, str]:
+    """Each docstring sentence of :func:`docstring_facts` and the module it comes from (the first
+    in sorted order, for a sentence several objects of one area share). The texts of chapters 10
+    to 12 come in modules, up to a few dozen each, and the texts of one module are right or wrong
+    together more often than texts drawn one by one: the module is the unit to cluster them by
+    (:func:`~course_lib.evaluation.clustered_difference`)."""
+    modules: dict[str, str] = {}
+    for name, sentence, _ in sorted(docstring_facts()):
+        modules.setdefault(sentence, module_of(name))
+    return modules
+
+
 def docstring_areas() -> LabelledTexts:
     """Which area of the standard library a docstring comes from, generated from this Python.
 

@@ -29,6 +29,19 @@ def test_docstring_areas_properties():
     assert all(t != reduce_doc for t in everything)
 
 
+def test_every_docstring_text_has_the_module_of_its_area():
+    assert tasks.module_of("http.client.HTTPConnection.close()") == "http.client"  # not "http", not "http.server"
+    assert tasks.module_of("os.path.join()") == "os" and tasks.module_of("json") == "json"
+    with pytest.raises(ValueError, match="none of the modules"):
+        tasks.module_of("numpy.array()")
+    modules, labelled = tasks.docstring_modules(), tasks.docstring_areas()
+    for split in tasks.SPLITS:
+        for text, label in getattr(labelled, split):  # each text's module lies in its labelled area
+            assert modules[text] in tasks.DOCSTRING_AREAS[labelled.label_names[label]]
+    in_val = [modules[text] for text, _ in labelled.val]
+    assert len(set(in_val)) >= 20 and max(map(in_val.count, set(in_val))) >= 3  # texts come in modules
+
+
 def test_the_split_depends_on_the_text_alone():
     examples = [(f"example number {k} of many", k % 3) for k in range(300)]
     a = tasks._split(examples, ["a", "b", "c"])
