@@ -97,28 +97,38 @@ def _acceptance_cases() -> list[Case]:
 @exercise(
     "residual-rows",
     hint=[
-        "try the function on a batch of two rows (B, V), and on a row where q equals p",
+        "try the function on a batch of two rows (B, V), on a row where q equals p, and on a draft whose tokens "
+        "are not the target's first ones",
+        "q[..., j] is the probability of the target's token draft_ids[j]: put each where it belongs in a (..., V) "
+        "tensor of zeros (indexing or index_copy on the last dimension); every other token has probability 0",
         "the sum must run over each row's vocabulary only (dim=-1, keepdim=True), and a row with nothing left "
         "over has a sum of 0: 0 / 0",
-        "where a row's sum is 0, return that row of p (torch.where over the rows); a shorter q is padded with "
-        "zeros on the right, as the function above does; usual mistakes: one sum for the whole batch, NaN for "
-        "q == p, p for the whole batch when one row is left with nothing",
+        "where a row's sum is 0, return that row of p (torch.where over the rows); usual mistakes: one sum for the "
+        "whole batch, NaN for q == p, p for the whole batch when one row is left with nothing",
     ],
     bans=("course_lib.speculative.residual_distribution",),
 )
 def _residual_rows_cases() -> list[Case]:
+    first = torch.tensor([0, 1])  # the draft knows the target's tokens 0 and 1, in that order
     return [
-        Case((torch.tensor([0.4, 0.4, 0.2]), torch.tensor([0.1, 0.2, 0.7])), "one row: two tokens left over",
-             torch.tensor([0.6, 0.4, 0.0])),
-        Case((torch.tensor([[0.7, 0.3], [0.5, 0.5]]), torch.tensor([[0.5, 0.5], [0.9, 0.1]])), "a batch of rows",
-             torch.tensor([[1.0, 0.0], [0.0, 1.0]])),
-        Case((torch.tensor([0.3, 0.7]), torch.tensor([0.3, 0.7])), "q == p: nothing left over, p itself",
-             torch.tensor([0.3, 0.7])),
-        Case((torch.tensor([[0.2, 0.8], [0.5, 0.5]]), torch.tensor([[0.2, 0.8], [0.75, 0.25]])),
-             "a batch whose first row has q == p", torch.tensor([[0.2, 0.8], [0.0, 1.0]])),
-        Case((torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.3, 0.5]]), torch.tensor([[0.6, 0.4], [0.1, 0.9]])),
-             "a draft of 2 tokens for a target of 3: q is 0 for the third",
+        Case((torch.tensor([0.4, 0.4, 0.2]), torch.tensor([0.1, 0.2, 0.7]), torch.tensor([0, 1, 2])),
+             "one row, the same vocabulary: two tokens left over", torch.tensor([0.6, 0.4, 0.0])),
+        Case((torch.tensor([[0.7, 0.3], [0.5, 0.5]]), torch.tensor([[0.5, 0.5], [0.9, 0.1]]), first),
+             "a batch of rows", torch.tensor([[1.0, 0.0], [0.0, 1.0]]), hint=2),
+        Case((torch.tensor([0.3, 0.7]), torch.tensor([0.3, 0.7]), first), "q == p: nothing left over, p itself",
+             torch.tensor([0.3, 0.7]), hint=3),
+        Case((torch.tensor([[0.2, 0.8], [0.5, 0.5]]), torch.tensor([[0.2, 0.8], [0.75, 0.25]]), first),
+             "a batch whose first row has q == p", torch.tensor([[0.2, 0.8], [0.0, 1.0]]), hint=3),
+        Case((torch.tensor([[0.5, 0.3, 0.2], [0.2, 0.3, 0.5]]), torch.tensor([[0.6, 0.4], [0.1, 0.9]]), first),
+             "a draft of the target's first 2 tokens of 3: q is 0 for the third",
              torch.tensor([[0.0, 0.0, 1.0], [0.1 / 0.6, 0.0, 0.5 / 0.6]])),
-        Case((torch.tensor([0.4, 0.4, 0.2], dtype=torch.float64), torch.tensor([0.1, 0.2, 0.7], dtype=torch.float64)),
-             "one row in float64: a float64 row", torch.tensor([0.6, 0.4, 0.0], dtype=torch.float64)),
+        Case((torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.6, 0.4]), torch.tensor([2, 0])),
+             "the draft's tokens are the target's 2 and 0: q = (0.4, 0, 0.6) in the target's vocabulary",
+             torch.tensor([0.25, 0.75, 0.0]), hint=1),
+        Case((torch.tensor([[0.1, 0.6, 0.3], [0.3, 0.3, 0.4]]), torch.tensor([[0.5, 0.5], [0.4, 0.6]]),
+              torch.tensor([1, 2])), "a batch, the draft knowing the target's tokens 1 and 2",
+             torch.tensor([[0.5, 0.5, 0.0], [1.0, 0.0, 0.0]]), hint=1),
+        Case((torch.tensor([0.4, 0.4, 0.2], dtype=torch.float64), torch.tensor([0.1, 0.2, 0.7], dtype=torch.float64),
+              torch.tensor([0, 1, 2])), "one row in float64: a float64 row",
+             torch.tensor([0.6, 0.4, 0.0], dtype=torch.float64)),
     ]  # fmt: skip

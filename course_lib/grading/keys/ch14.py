@@ -132,9 +132,10 @@ MISTAKES["draft-acceptance"] = [
 
 
 @solution("residual-rows")
-def residual_rows(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    q = F.pad(q, (0, p.shape[-1] - q.shape[-1]))  # (..., V): the tokens the draft lacks have probability 0
-    left = (p - q).clamp_min(0)  # (..., V)
+def residual_rows(p: torch.Tensor, q: torch.Tensor, draft_ids: torch.Tensor) -> torch.Tensor:
+    full = torch.zeros_like(p)  # (..., V): the tokens the draft lacks have probability 0
+    full[..., draft_ids] = q.to(p.dtype)  # draft token j is the target's token draft_ids[j]
+    left = (p - full).clamp_min(0)  # (..., V)
     total = left.sum(dim=-1, keepdim=True)  # (..., 1): one sum per row
     return torch.where(total > 0, left / total.clamp_min(1e-30), p)  # nothing left over: p itself
 
@@ -146,41 +147,52 @@ def _residual_rows(seed: int) -> list[Case]:
     def rows(*shape):
         return torch.softmax(torch.randn(*shape, generator=g) * 2, dim=-1)
 
+    def ids(v, vq):  # a draft that knows vq of the target's v tokens, in another order
+        return torch.randperm(v, generator=g)[:vq]
+
     same, equal = rows(2, 3, 4), rows(3, 7).double()
     other = same.clone()
     other[1, 2] = rows(4)
     return [
-        Case((rows(6, 10), rows(6, 10)), "six rows of ten tokens"),
-        Case((torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.0])), "disjoint: all of p"),
-        Case((torch.tensor([0.2, 0.3, 0.5]), torch.tensor([0.0, 0.0, 1.0])), "a one-hot draft (prompt lookup)"),
-        Case((same, other), "a (2, 3) batch: one row differs, five have q == p"),
-        Case((rows(2, 3).double(), rows(2, 3).double()), "float64"),
-        Case((equal, equal.clone()), "float64, q == p in every row"),
-        Case((rows(4, 12), rows(4, 9)), "a draft vocabulary of 9 for a target of 12"),
-        Case((torch.tensor([0.2, 0.8]), torch.tensor([1.0])), "a draft of one token"),
-    ]
+        Case((rows(6, 10), rows(6, 10), ids(10, 10)), "six rows of ten tokens, the draft's in another order"),
+        Case((torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.0]), torch.tensor([0, 1])), "disjoint: all of p"),
+        Case((torch.tensor([0.2, 0.3, 0.5]), torch.tensor([0.0, 0.0, 1.0]), torch.tensor([0, 1, 2])),
+             "a one-hot draft (prompt lookup)"),
+        Case((same, other, torch.arange(4)), "a (2, 3) batch: one row differs, five have q == p"),
+        Case((rows(2, 3).double(), rows(2, 3).double(), ids(3, 3)), "float64"),
+        Case((equal, equal.clone(), torch.arange(7)), "float64, q == p in every row"),
+        Case((rows(4, 12), rows(4, 9), ids(12, 9)), "a draft vocabulary of 9 of a target's 12, in any order"),
+        Case((rows(4, 12), rows(4, 9), torch.arange(9)), "a draft vocabulary of the target's first 9 of 12"),
+        Case((torch.tensor([0.2, 0.8]), torch.tensor([1.0]), torch.tensor([1])), "a one-token draft: the target's 1"),
+    ]  # fmt: skip
 
 
-def padded(q, p):  # the draft's missing tokens: probability 0
+def padded(q, p):  # the draft's tokens taken as the target's first ones, the rest probability 0
     return F.pad(q, (0, p.shape[-1] - q.shape[-1]))
 
 
-def buggy_residual(p, q):  # the function the exercise shows
+def buggy_residual(p, q, draft_ids):  # the function the exercise shows
     left = (p - padded(q, p)).clamp_min(0)
     return left / left.sum()
 
 
-def residual_if_any_left(p, q):
-    left = (p - padded(q, p)).clamp_min(0)
+def residual_if_any_left(p, q, draft_ids):
+    full = torch.zeros_like(p)
+    full[..., draft_ids] = q
+    left = (p - full).clamp_min(0)
     return p if left.sum() == 0 else left / left.sum(dim=-1, keepdim=True)
+
+
+def gathered_residual(p, q, draft_ids):  # p read at the draft's tokens: the others are lost
+    return residual_rows(p[..., draft_ids], q, torch.arange(q.shape[-1]))
 
 
 MISTAKES["residual-rows"] = [
     buggy_residual,
-    lambda p, q: (p - padded(q, p)).clamp_min(0) / (p - padded(q, p)).clamp_min(0).sum(dim=-1, keepdim=True),
+    lambda p, q, ids: residual_rows(p, padded(q, p), torch.arange(p.shape[-1])),  # the draft's ids ignored
+    lambda p, q, ids: (p - padded(q, p)).clamp_min(0) / (p - padded(q, p)).clamp_min(0).sum(dim=-1, keepdim=True),
     residual_if_any_left,  # p only when no row has anything left over
-    lambda p, q: (p - padded(q, p)).abs() / (p - padded(q, p)).abs().sum(dim=-1, keepdim=True),  # |p - q|
-    lambda p, q: residual_rows(p[..., : q.shape[-1]], q),  # the target cut to the draft's tokens
-    lambda p, q: residual_rows(p, F.pad(q, (p.shape[-1] - q.shape[-1], 0))),  # padded on the left
+    gathered_residual,
+    lambda p, q, ids: residual_rows(p, q.flip(-1), ids),  # the ids read backwards
     lambda *args: residual_rows(*args).float(),  # float32 whatever the dtype of p
-]  # the second: NaN for q == p
+]  # the third: NaN for q == p
