@@ -28,6 +28,7 @@ Beside that teaching path:
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -245,9 +246,7 @@ def compile_unavailable(backend: str = "inductor", device: torch.device | str = 
     if backend != "inductor":
         return None
     if torch.device(device).type in ("cuda", "xpu"):
-        try:
-            import triton  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("triton") is None:  # torch's CUDA wheels bring it; asked, not imported
             return "inductor compiles a GPU's kernels with Triton, which is not installed"
         return None
     from torch._inductor import cpp_builder
