@@ -17,11 +17,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -77,7 +79,15 @@ def execute(path: Path, budget: str, threads: int, timeout: int) -> float:
             resources={"metadata": {"path": str(NOTEBOOKS)}},
             store_widget_state=True,  # the static slide decks render the saved widget views
         )
-        client.execute()
+        try:
+            client.execute()
+        except CellExecutionError:
+            # The stored notebook is left as it was; what ran before the failing cell is kept
+            # beside it in the temporary folder, so that a long run's outputs can be read.
+            partial = Path(tempfile.gettempdir()) / f"{path.stem}.failed.ipynb"
+            nbformat.write(normalise(nb), partial)
+            print(f"  failed: the outputs up to the failing cell are in {partial}", flush=True)
+            raise
         elapsed = time.perf_counter() - start
     finally:
         for k, v in saved.items():

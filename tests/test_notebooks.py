@@ -410,3 +410,26 @@ def test_a_temporary_path_is_masked_the_same_on_every_os(folder):
     separator = "\\" if folder.startswith("C:") else "/"
     assert sanitize(f"{folder}{separator}run.safetensors" + stored.partition("run.safetensors")[2]) == sanitize(stored)
     assert sanitize(stored) == "TMPDIR/run.safetensors comes from a model of another shape: transformer.wte.weight"
+
+
+def test_a_failed_execution_leaves_the_stored_notebook_and_keeps_what_ran(tmp_path, monkeypatch):
+    import importlib.util
+    import tempfile
+
+    from nbclient.exceptions import CellExecutionError
+
+    spec = importlib.util.spec_from_file_location("execute_notebooks", ROOT / "scripts" / "execute_notebooks.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    cells = [nbformat.v4.new_code_cell("print('ran')"), nbformat.v4.new_code_cell("1 / 0")]
+    path = tmp_path / "99_broken.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    stored = path.read_bytes()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    with pytest.raises(CellExecutionError, match="ZeroDivisionError"):
+        script.execute(path, "ci", 1, 60)
+    assert path.read_bytes() == stored
+    partial = nbformat.read(tmp_path / "tmp" / "99_broken.failed.ipynb", as_version=4)
+    assert partial.cells[0].outputs[0].text == "ran\n"
+    assert partial.cells[1].outputs[0].ename == "ZeroDivisionError"
