@@ -51,6 +51,10 @@ from .runtime import evaluating, seconds_per_call
 
 INT8_KERNELS = ("dequantize", "fbgemm", "fbgemm_token", "int8pack")
 INT4_KERNELS = ("dequantize", "tinygemm")
+# torch 2.13's CPU int8pack kernel walks the inputs in whole vectors: with in_features not a multiple of
+# its vector it reads past the row, so a prompt of several tokens comes out wrong or crashes the process
+# (seen at 100 and 170 on AVX2 with 8 floats a vector; AVX-512's are 16 wide). 32 covers both.
+INT8PACK_IN_MULTIPLE = 32
 FLOAT_KERNELS = ("aten", "onednn")
 MODES = ("float32", "bfloat16", "int8", "int4")
 
@@ -253,19 +257,25 @@ class Int8Linear(nn.Module):
     unsigned integers, and multiplies int8 by uint8 in PyTorch's x86 kernel (the weights packed once,
     at construction); ``"fbgemm_token"`` is the same kernel called token by token, so that each token
     has its own scale (as serving engines quantize activations); ``"int8pack"`` keeps the input in
-    bfloat16 and multiplies it by the int8 weight (weight-only). ``"auto"``: int8pack on a CPU, else
-    dequantize. fbgemm is faster, but its one scale for the whole input is one scale per token only
+    bfloat16 and multiplies it by the int8 weight (weight-only; in_features a multiple of
+    ``INT8PACK_IN_MULTIPLE``, which PyTorch's kernel does not check). ``"auto"``: int8pack on a CPU
+    where it fits, else dequantize. fbgemm is faster, but its one scale for the whole input is one scale per token only
     when decoding; over a prompt, a few huge activations flatten the rest (notebook 14 measures both).
     """
 
     def __init__(self, linear: nn.Linear, kernel: str = "auto"):
         super().__init__()
         weight = linear.weight
+        fits = weight.shape[1] % INT8PACK_IN_MULTIPLE == 0
         if kernel == "auto":
-            kernel = "int8pack" if weight.device.type == "cpu" else "dequantize"
+            kernel = "int8pack" if weight.device.type == "cpu" and fits else "dequantize"
         if kernel not in INT8_KERNELS:
             raise ValueError(f"unknown int8 kernel {kernel!r}; choose one of auto, {', '.join(INT8_KERNELS)}")
         _require("int8", kernel, weight.device)
+        if kernel == "int8pack" and not fits:
+            raise ValueError(
+                f"the int8pack kernel needs in_features divisible by {INT8PACK_IN_MULTIPLE}, got {weight.shape[1]}"
+            )
         self.in_features, self.out_features, self.kernel = linear.in_features, linear.out_features, kernel
         q, scale = quantize_int8(weight)
         self.register_buffer("weight", q)  # (N, K) int8

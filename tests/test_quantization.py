@@ -209,6 +209,21 @@ def test_int8_default_kernel_is_weight_only_on_a_cpu(linear):
         Int4Linear(odd, kernel="tinygemm")
 
 
+def test_int8_weight_only_kernel_is_kept_off_the_widths_it_reads_past(generator):
+    """PyTorch's int8pack kernel reads its inputs in whole vectors and does not check the width: with
+    in_features 100 a prompt of several tokens came out wrong or crashed the process. Such a layer
+    takes the teaching path by default (the same numbers), and asking for the kernel says why not."""
+    odd = nn.Linear(100, 64)
+    layer = Int8Linear(odd)
+    assert layer.kernel == "dequantize" and Int8Linear(nn.Linear(96, 64)).kernel == "int8pack"
+    x = torch.randn(3, 100, generator=generator)
+    with torch.no_grad():
+        expected = F.linear(x, dequantize_int8(*quantize_int8(odd.weight)), odd.bias)
+        assert torch.allclose(layer(x), expected, atol=1e-5)
+    with pytest.raises(ValueError, match="int8pack kernel needs in_features divisible by 32, got 100"):
+        Int8Linear(odd, kernel="int8pack")
+
+
 def test_int4_kernels_agree(linear, generator):
     x = torch.randn(2, 5, 64, generator=generator)
     teaching, fast = Int4Linear(linear, 32, "dequantize"), Int4Linear(linear, 32, "tinygemm")
