@@ -614,12 +614,6 @@ class RecipeDifference:
     seeds_b: tuple[float, ...]
 
     @property
-    def pooled(self) -> PairedDifference:
-        """``these_runs`` under its first name (the seeds pooled per item), as notebooks stored
-        before the recipe verdict was added still read it."""
-        return self.these_runs
-
-    @property
     def a_better(self) -> bool:
         """Recipe A is better: the t test on run means, at its level."""
         return self.recipes.a_better

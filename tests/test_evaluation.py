@@ -466,7 +466,6 @@ def test_a_recipe_difference_is_welch_on_run_means_and_keeps_the_item_interval(s
     assert result.recipes.interval.startswith("Welch t on run means") and result.recipes.n == len(runs_a) + len(runs_b)
     assert result.a_better == result.recipes.a_better and result.b_better == result.recipes.b_better
     assert result.these_runs == clustered_difference(per_item_mean(runs_a), per_item_mean(runs_b), modules)
-    assert result.pooled == result.these_runs
     assert result.seeds_a == pytest.approx(means_a)
     lines = str(result).splitlines()
     assert lines[0] == f"recipes (seeds drawn): {result.recipes}"
