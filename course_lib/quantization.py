@@ -29,7 +29,8 @@ faster is to read fewer bytes: store each weight in 8 or 4 bits instead of 32.
 - :func:`weight_bytes` and :func:`cache_bytes` count the bytes a decoding step reads and
   :func:`read_probe` measures how fast this machine reads them: their ratio is the floor
   (:func:`copy_probe`, STREAM's copy, is what the probe is checked against).
-  :func:`profile_step` says where a step's time goes instead (``torch.profiler``).
+  :func:`profile_step` says where a step's time goes instead (``torch.profiler``); on a GPU,
+  :func:`gpu_kernels` counts the kernels a token launches and the time they keep the GPU busy.
 """
 
 from __future__ import annotations
@@ -573,3 +574,57 @@ def profile_step(
         times[kind] += event.self_cpu_time_total / 1e3 / steps  # microseconds -> ms per step
     times["outside operators"] = max(0.0, wall - sum(times.values()))
     return times
+
+
+KERNEL_FAMILIES = (  # (family, what its kernels' names contain), asked in this order; the rest is "other"
+    ("generated (Triton)", ("triton_",)),  # inductor's fused kernels, named after what they fuse (attention's mask too)
+    ("attention", ("fmha", "attention", "sdpa", "flash")),
+    ("matrix products", ("gemv", "gemm", "nvjet", "xmma", "cublas", "cutlass")),
+    ("copies", ("memcpy", "memset")),
+)
+
+
+def kernel_family(name: str) -> str:
+    """The family of a GPU kernel, from the name ``torch.profiler`` records for it."""
+    lowered = name.lower()
+    for family, marks in KERNEL_FAMILIES:
+        if any(mark in lowered for mark in marks):
+            return family
+    return "other"
+
+
+def gpu_kernels(run: Callable[[], object], tokens: int, device: torch.device | str) -> dict[str, object]:
+    """What a GPU does for one call of ``run`` (after a warm-up call), per token of the ``tokens`` the
+    call decodes: ``wall`` (ms, measured without the profiler), ``busy`` (ms the GPU spends inside
+    kernels, by ``torch.profiler``'s CUDA activity), ``kernels`` (how many, each kernel of a replayed
+    CUDA graph counted) and ``families`` ({family: (kernels, ms)}, :data:`KERNEL_FAMILIES`).
+
+    Why: a small model at batch 1 reads its weights in far less time than the GPU spends starting
+    its kernels one after the other. ``wall - busy`` is the time the GPU waits: for the host (launches,
+    Python, a synchronisation), or, inside a CUDA graph, between two dependent kernels. Numbers to
+    print, never to assert."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"gpu_kernels counts CUDA kernels; {device} has none (use profile_step on a CPU)")
+    if tokens < 1:
+        raise ValueError(f"tokens must be at least 1, got {tokens}")
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    def call() -> None:
+        run()
+        torch.cuda.synchronize(device)
+
+    wall = seconds_per_call(call, timings=5) * 1e3 / tokens
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        call()
+    families: dict[str, tuple[int, float]] = {}
+    for event in profiler.events():
+        if event.device_type != DeviceType.CUDA:
+            continue
+        family = kernel_family(event.name)
+        count, ms = families.get(family, (0, 0.0))
+        families[family] = (count + 1, ms + event.time_range.elapsed_us() / 1e3)
+    families = {family: (count / tokens, ms / tokens) for family, (count, ms) in families.items()}
+    busy = sum(ms for _, ms in families.values())
+    return {"wall": wall, "busy": busy, "kernels": sum(n for n, _ in families.values()), "families": families}

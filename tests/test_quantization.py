@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from course_lib import runtime
-from course_lib.generation import decode_step, generate
+from course_lib.generation import decode_step, generate, generate_batch
 from course_lib.quantization import (
     FORMATS,
     KERNEL_VARIANTS,
@@ -28,6 +28,8 @@ from course_lib.quantization import (
     copy_probe,
     dequantize_int4,
     dequantize_int8,
+    gpu_kernels,
+    kernel_family,
     pack_int4,
     profile_step,
     quantize_int4,
@@ -436,6 +438,40 @@ def test_profile_step_finds_every_formats_matrix_products(tiny_gpt, mode, kernel
         parts = profile_step(model, [1, 2, 3], steps=2, step=step)
         assert list(parts) == ["matrix products", "attention", "other operators", "outside operators"]
         assert all(ms >= 0 for ms in parts.values()) and parts["matrix products"] > 0
+
+
+# kernels an H200 ran for SmolLM2's compiled step (torch 2.11, CUDA 13), cut short
+H200_KERNELS = {
+    "std::enable_if<!(false), void>::type internal::gemvx::kernel<int, int, float, float, float": "matrix products",
+    "nvjet_sm90_tst_8x64_64x16_4x1_v_bz_TNN": "matrix products",
+    "void gemmSN_TN_kernel<float, 128, 16, 2, 4, 10, 11, false, cublasGemvTensorStridedBatched<": "matrix products",
+    "fmha_cutlassF_f32_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<float, cut": "attention",
+    "cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_3_64x64x64_4x1x1_cga1x1x1_": "attention",
+    "triton_poi_fused__scaled_dot_product_efficient_attention__unsafe_view_add_bitwise_and": "generated (Triton)",
+    "triton_per_fused__fused_rms_norm__unsafe_view_add_12": "generated (Triton)",
+    "Memcpy DtoD (Device -> Device)": "copies",
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::ArgMaxOps<f": "other",
+}
+
+
+@pytest.mark.parametrize("name", H200_KERNELS)
+def test_each_gpu_kernel_is_counted_in_its_family(name):
+    """A generated kernel named after the attention it prepares is Triton's, not attention's."""
+    assert kernel_family(name) == H200_KERNELS[name]
+
+
+def test_gpu_kernels_asks_for_a_gpu(tiny_gpt):
+    with pytest.raises(ValueError, match="counts CUDA kernels; cpu has none"):
+        gpu_kernels(lambda: None, 8, "cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_a_gpu_kernels_are_counted_per_token(tiny_gpt):
+    model = tiny_gpt(0, d_model=64).cuda()
+    use = gpu_kernels(lambda: generate_batch(model, [[1, 2, 3]], 8, greedy=True), 8, "cuda")
+    assert use["kernels"] >= model.config.n_layers  # at least one kernel a layer, every token
+    assert use["busy"] > 0 and use["wall"] > 0
+    assert sum(n for n, _ in use["families"].values()) == use["kernels"]
 
 
 def sharp(tiny_gpt) -> nn.Module:

@@ -12,6 +12,7 @@ import torch
 from course_lib import pretrained
 from course_lib.model import GPT
 from course_lib.pretrained import (
+    SMOLLM2_CONFIG,
     apply_chat_template,
     gguf_to_rope_halves,
     load_llama_state_dict,
@@ -179,6 +180,7 @@ def test_smollm2_has_its_published_shape(smollm2):
     assert (config.n_layers, config.d_model, config.n_heads, config.n_kv_heads) == (30, 576, 9, 3)
     assert (config.vocab_size, config.hidden, config.context_length) == (49152, 1536, 8192)
     assert config.tie_weights and config.rope_base == 100000.0
+    assert config == SMOLLM2_CONFIG  # the shape benchmarks time without the file
     model = load_llama_state_dict(GPT(config), tensors)
     assert model.num_parameters() == 134_515_008  # "135M"
     assert notes["eos_id"] == tokenizer.special_tokens["<|im_end|>"] == 2
