@@ -37,7 +37,9 @@ Goals: int8 >= 3x float32 tokens/s (float32 as nn.Linear computes it in the teac
 goal was set; the ratio against packed float32 beside it), eager and compiled (issue 57); int4
 faster than int8 (or the measured reason why not), eager and compiled; int8's (and int4's) perplexity
 within 1% of float32 by ``within_margin``; speculative >= 1.5x with the best draft and within 20% of its
-prediction. Each is printed with its ratio and whether it was met on this machine.
+prediction; int4 within 1.5x of llama.cpp decoding the same GGUF file on the same threads, where
+llama-cpp-python is installed (optional: ``pip install llama-cpp-python`` builds llama.cpp from source
+for this CPU). Each is printed with its ratio and whether it was met on this machine.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from reference import alternate
 from course_lib.data import split_text, stdlib_docs
 from course_lib.evaluation import paired_difference
 from course_lib.generation import compile_unavailable, compiled_step, generate, generate_batch
-from course_lib.pretrained import apply_chat_template, load_smollm2
+from course_lib.pretrained import apply_chat_template, load_smollm2, smollm2_path
 from course_lib.quantization import (
     QUANTIZED,
     cache_bytes,
@@ -110,6 +112,36 @@ def matrix_run(model: torch.nn.Module, steps: int):
     return run
 
 
+def llama_cpp_run(prompt: list[int], new: int, threads: int):
+    """``(run, what)``: llama.cpp decoding the same GGUF file (SmolLM2's Q4_1, as the wheel ships it)
+    greedily from the same token ids on the same threads, ``new`` tokens, through llama-cpp-python;
+    ``(None, why)`` where it is not installed. It is optional: ``pip install llama-cpp-python``
+    compiles llama.cpp from source for this CPU (CMake and a C++ compiler; a few minutes)."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return None, "llama-cpp-python is not installed (pip install llama-cpp-python builds llama.cpp here)"
+    llm = llama_cpp.Llama(
+        model_path=str(smollm2_path()),
+        n_threads=threads,
+        n_threads_batch=threads,
+        n_ctx=256,
+        logits_all=True,
+        verbose=False,
+    )  # logits_all: every evaluated token's logits land in llm.scores, the last one read greedily
+
+    def run() -> list[int]:
+        llm.reset()
+        llm.eval(prompt)
+        tokens = []
+        for _ in range(new):
+            tokens.append(int(llm.scores[llm.n_tokens - 1].argmax()))
+            llm.eval(tokens[-1:])
+        return tokens
+
+    return run, f"llama.cpp (llama-cpp-python {llama_cpp.__version__}, the Q4_1 file)"
+
+
 def goal(text: str, met: bool) -> None:
     print(f"  [{'met' if met else 'NOT met'}] {text}")
 
@@ -150,7 +182,9 @@ def speed_and_quality(smol, tokenizer, args) -> dict:
     floor = {f"matrices: {label}": matrix_run(m, new) for label, m in models.items()}
     probe, probe_bytes = read_probe(weight_bytes(smol))
     copy, copy_bytes = copy_probe(weight_bytes(smol))
-    median = alternate({**runs, **compiled, **floor, "read probe": probe, "copy": copy}, args.rounds)
+    llama, llama_what = llama_cpp_run(prompt[0].tolist(), new, args.threads)
+    other = {"llama.cpp": llama} if llama is not None else {}
+    median = alternate({**runs, **compiled, **floor, **other, "read probe": probe, "copy": copy}, args.rounds)
     bandwidth = probe_bytes / median.pop("read probe")
     copied = copy_bytes / median.pop("copy")
     positions = prompt.shape[1] + new / 2
@@ -179,6 +213,17 @@ def speed_and_quality(smol, tokenizer, args) -> dict:
     for label, why in missing.items():
         print(f"  {label:<30} not on this CPU: {why}")
     int8, int4 = rates["int8 (weight-only)"], rates["int4 g32, int8 head"]
+    if llama is None:
+        print(f"  llama.cpp: not timed: {llama_what}")
+    else:
+        ours = generate(models["int4 g32, int8 head"], prompt, new, greedy=True)[0, prompt.shape[1] :].tolist()
+        same = next((i for i, (a, b) in enumerate(zip(llama(), ours)) if a != b), new)
+        rates["llama.cpp"] = new / median["llama.cpp"]
+        print(
+            f"  {llama_what}: {rates['llama.cpp']:.1f} tokens/s on {args.threads} threads "
+            f"({rates['llama.cpp'] / rates['float32']:.2f}x float32); its greedy tokens and int4 g32's (int8 head) "
+            f"agree for the first {same} of {new}"
+        )
 
     profiled = [label for label in ("float32", "float32 (oneDNN packed)", "int8 (weight-only)") if label in models]
     print("\n  where a step goes (torch.profiler's self time per operator; ms per step):")
@@ -218,6 +263,12 @@ def speed_and_quality(smol, tokenizer, args) -> dict:
         gains = f"float32 {rates['float32, compiled'] / fp32:.2f}x, int8 {int8c / int8:.2f}x, int4 {int4c / int4:.2f}x"
         print(f"    (compiling, against each format's eager step: {gains})")
         goal(f"int4 compiled faster than int8 compiled: {int4c / int8c:.2f}x", int4c > int8c)
+    if "llama.cpp" in rates:
+        best = max(int4, rates.get("int4 g32, int8 head, compiled", 0))  # the faster of int4's two steps
+        ratio = rates["llama.cpp"] / best
+        goal(
+            f"int4 (its faster step) within 1.5x of llama.cpp on the same file and threads: {ratio:.2f}x", ratio <= 1.5
+        )
 
     text = split_text(ENDOFTEXT.join(stdlib_docs()))[1]
     ids = torch.tensor(tokenizer.encode(text, allowed_special="all"))[: args.windows * 256 + 1]

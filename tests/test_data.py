@@ -1,13 +1,13 @@
 """Corpora, splits, sliding windows, the data loader and prepare_data."""
 
 import hashlib
-import importlib.util
 import platform
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from repo_scripts import load_script
 
 from course_lib import data, files
 from course_lib.data import (
@@ -132,10 +132,7 @@ def test_split_text_cuts_at_a_document_end():
 
 
 def load_make_data_assets():
-    spec = importlib.util.spec_from_file_location("make_data_assets", ROOT / "scripts" / "make_data_assets.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("make_data_assets")
 
 
 def test_the_shipped_documentation_is_what_the_script_makes():

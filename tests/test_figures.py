@@ -1,14 +1,12 @@
-import importlib.util
 from pathlib import Path
+
+from repo_scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_make_figures():
-    spec = importlib.util.spec_from_file_location("make_figures", ROOT / "scripts" / "make_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("make_figures")
 
 
 def test_committed_figures_are_what_the_script_makes(tmp_path):

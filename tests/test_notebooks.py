@@ -413,14 +413,12 @@ def test_a_temporary_path_is_masked_the_same_on_every_os(folder):
 
 
 def test_a_failed_execution_leaves_the_stored_notebook_and_keeps_what_ran(tmp_path, monkeypatch):
-    import importlib.util
     import tempfile
 
     from nbclient.exceptions import CellExecutionError
+    from repo_scripts import load_script
 
-    spec = importlib.util.spec_from_file_location("execute_notebooks", ROOT / "scripts" / "execute_notebooks.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("execute_notebooks")
     cells = [nbformat.v4.new_code_cell("print('ran')"), nbformat.v4.new_code_cell("1 / 0")]
     path = tmp_path / "99_broken.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=cells), path)

