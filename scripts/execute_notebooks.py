@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import time
@@ -42,7 +43,22 @@ def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         cell.metadata = nbformat.from_dict({k: cell.metadata[k] for k in KEPT_CELL_METADATA if k in cell.metadata})
         if cell.cell_type == "code":
             cell.outputs = merge_streams(cell.outputs)
+            for output in cell.outputs:
+                if output.output_type == "error":
+                    output.traceback = [short_paths(line) for line in output.traceback]
     return nb
+
+
+# an absolute path (POSIX or Windows) up to the installed packages' folder, or up to the course's package
+SITE_PACKAGES = re.compile(r"(?:[A-Za-z]:)?[/\\][^\s\x1b]*?[/\\]site-packages[/\\]")
+REPOSITORY = re.compile(r"(?:[A-Za-z]:)?[/\\][^\s\x1b]*?[/\\](?=course_lib[/\\])")
+
+
+def short_paths(text: str) -> str:
+    """A stored traceback names files as a student's own run would, not where the machine that
+    executed it keeps them: the course's files relative to the repository (``course_lib/model.py``),
+    installed packages from ``site-packages/`` on."""
+    return REPOSITORY.sub("", SITE_PACKAGES.sub("site-packages/", text.replace(f"{ROOT}{os.sep}", "")))
 
 
 def merge_streams(outputs: list) -> list:

@@ -2,6 +2,7 @@
 
 import ast
 import inspect
+import os
 import re
 import sys
 import textwrap
@@ -410,6 +411,26 @@ def test_a_temporary_path_is_masked_the_same_on_every_os(folder):
     separator = "\\" if folder.startswith("C:") else "/"
     assert sanitize(f"{folder}{separator}run.safetensors" + stored.partition("run.safetensors")[2]) == sanitize(stored)
     assert sanitize(stored) == "TMPDIR/run.safetensors comes from a model of another shape: transformer.wte.weight"
+
+
+def test_stored_tracebacks_name_files_as_a_students_run_would():
+    """A cell that raises shows its traceback: the course's files relative to the repository and
+    installed packages from site-packages on, never the folders of the machine that executed it."""
+    from repo_scripts import load_script
+
+    script = load_script("execute_notebooks")
+    venv = "/home/me/course/.venv/lib/python3.11/site-packages/torch/nn/modules/module.py"
+    line = f"File \x1b[32m{script.ROOT}{os.sep}course_lib{os.sep}positional.py:42\x1b[39m, File \x1b[32m{venv}:1789"
+    short = f"File \x1b[32mcourse_lib{os.sep}positional.py:42\x1b[39m, File \x1b[32msite-packages/torch/nn/modules/"
+    assert script.short_paths(line) == short + "module.py:1789"
+    windows = r"C:\Users\me\course\.venv\Lib\site-packages\torch\nn\modules\module.py"
+    assert script.short_paths(windows) == r"site-packages/torch\nn\modules\module.py"
+    absolute = re.compile(r"[/\\][^\s\x1b]*[/\\](course_lib|site-packages)[/\\]")
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            for output in cell.get("outputs", []):
+                if output.output_type == "error":
+                    assert not any(absolute.search(line) for line in output.traceback), path.name
 
 
 def test_a_failed_execution_leaves_the_stored_notebook_and_keeps_what_ran(tmp_path, monkeypatch):
