@@ -131,10 +131,6 @@ def test_split_text_cuts_at_a_document_end():
     assert split_text("x" * 100, 0.25) == ("x" * 75, "x" * 25)  # no documents: the exact fraction
 
 
-def load_make_data_assets():
-    return load_script("make_data_assets")
-
-
 def test_the_shipped_documentation_is_what_the_script_makes():
     """The corpus and the docstrings ship as an asset so every Python computes the same numbers;
     on the Python it was made with, the script must make exactly the shipped bytes."""
@@ -144,7 +140,7 @@ def test_the_shipped_documentation_is_what_the_script_makes():
     assert len(shipped["docstrings"]) == 1_472
     if platform.python_version() != shipped["python"]:
         pytest.skip(f"the asset was made with Python {shipped['python']}; this is {platform.python_version()}")
-    assert load_make_data_assets().asset_bytes() == data.PYTHON_DOCS.read_bytes(), (
+    assert load_script("make_data_assets").asset_bytes() == data.PYTHON_DOCS.read_bytes(), (
         "course_lib/assets/python_docs.json.gz is stale: run python scripts/make_data_assets.py"
     )
 

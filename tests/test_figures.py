@@ -5,16 +5,12 @@ from repo_scripts import load_script
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_make_figures():
-    return load_script("make_figures")
-
-
 def test_committed_figures_are_what_the_script_makes(tmp_path):
     import matplotlib
 
     from course_lib.plotting import use_course_style
 
-    make_figures = load_make_figures()
+    make_figures = load_script("make_figures")
     with matplotlib.rc_context():
         use_course_style()  # what a notebook run earlier in the same test process leaves behind
         written = make_figures.make_all(tmp_path)

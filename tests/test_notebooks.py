@@ -11,6 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbval.plugin import get_sanitize_patterns
+from repo_scripts import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -416,8 +417,6 @@ def test_a_temporary_path_is_masked_the_same_on_every_os(folder):
 def test_stored_tracebacks_name_files_as_a_students_run_would():
     """A cell that raises shows its traceback: the course's files relative to the repository and
     installed packages from site-packages on, never the folders of the machine that executed it."""
-    from repo_scripts import load_script
-
     script = load_script("execute_notebooks")
     venv = "/home/me/course/.venv/lib/python3.11/site-packages/torch/nn/modules/module.py"
     line = f"File \x1b[32m{script.ROOT}{os.sep}course_lib{os.sep}positional.py:42\x1b[39m, File \x1b[32m{venv}:1789"
@@ -437,7 +436,6 @@ def test_a_failed_execution_leaves_the_stored_notebook_and_keeps_what_ran(tmp_pa
     import tempfile
 
     from nbclient.exceptions import CellExecutionError
-    from repo_scripts import load_script
 
     script = load_script("execute_notebooks")
     cells = [nbformat.v4.new_code_cell("print('ran')"), nbformat.v4.new_code_cell("1 / 0")]
